@@ -1,0 +1,46 @@
+# nibble's front door. `make run` and `make test` are the README's two commands:
+# each installs missing Debian packages, configures, builds, then runs.
+JOBS       ?= $(shell nproc)
+BUILD      ?= build/release
+ASAN_BUILD ?= build/asan
+CMAKE_GEN  := -G Ninja
+
+.PHONY: all deps build build-asan run test test-release test-asan fixtures fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release
+
+$(ASAN_BUILD)/build.ninja:
+	cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNIBBLE_SANITIZE=ON
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: deps $(ASAN_BUILD)/build.ninja
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+# Runs nibble on what the repository ships.
+run: build
+	$(BUILD)/nibble explain tests/fixtures/checkpoints/dsv4_stock
+
+# Unit and CLI tests, once optimized and once under AddressSanitizer + UBSan.
+test: test-release test-asan
+
+test-release: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: build-asan
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Regenerates every committed fixture (needs the optional Python tooling:
+# pip install -r tools/requirements.txt).
+fixtures:
+	python3 tools/gen_all.py
+
+clean:
+	rm -rf build

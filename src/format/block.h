@@ -1,0 +1,58 @@
+// Block formats of formats.md: MXFP4, NVFP4 and DeepSeek's FP8 block-128,
+// row by row. FP4 codes are packed two per byte, element 2j in the LOW
+// nibble of byte j. These scalar routines are the reference the SIMD kernels
+// are tested against and what `nibble convert` uses.
+#pragma once
+
+#include <cstdint>
+
+namespace nibble {
+
+constexpr int64_t kMxfp4Block = 32;  // elements per UE8M0 scale
+constexpr int64_t kNvfp4Block = 16;  // elements per E4M3 scale
+constexpr int64_t kFp8Tile = 128;    // FP8 block-128: one scale per 128x128 tile
+
+// ---- MXFP4: value = E2M1 * 2^(e-127) ----------------------------------------
+// n must be a multiple of 32. packed: n/2 bytes; scales: n/32 UE8M0 codes.
+void mxfp4_quantize_row(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
+void mxfp4_dequantize_row(const uint8_t* packed, const uint8_t* scales, int64_t n, float* y);
+
+// ---- NVFP4: value = E2M1 * E4M3(s_b) * s_g ------------------------------------
+// The tensor-wide scale s_g (ModelOpt's weight_scale_2) = amax / (6 * 448).
+float nvfp4_global_scale(float amax);
+// n must be a multiple of 16. packed: n/2 bytes; scales: n/16 E4M3 codes.
+void nvfp4_quantize_row(const float* x, int64_t n, float global_scale, uint8_t* packed,
+                        uint8_t* scales);
+void nvfp4_dequantize_row(const uint8_t* packed, const uint8_t* scales, int64_t n,
+                          float global_scale, float* y);
+
+// ---- FP8 block-128: value = E4M3 * scale[row/128][col/128] --------------------
+enum class Fp8ScaleType {
+  ue8m0,  // DeepSeek-V4 `.scale`, F8_E8M0 powers of two
+  f32,    // DeepSeek-V3 / Kimi `.weight_scale_inv`
+};
+// w: [rows, cols] E4M3 codes; scales: [ceil(rows/128), ceil(cols/128)].
+void fp8_block_dequantize(const uint8_t* w, int64_t rows, int64_t cols, const void* scales,
+                          Fp8ScaleType scale_type, float* y);
+void fp8_block_quantize(const float* x, int64_t rows, int64_t cols, Fp8ScaleType scale_type,
+                        uint8_t* w, void* scales);
+
+// ---- MXFP4 -> NVFP4 lossless cast ---------------------------------------------
+// With k_max the largest block exponent (e - 127) over a tensor or a w1/w3
+// pair, s_g = 2^(k_max - 8) and each 16-half of MX block j gets
+// s_b = 2^(k_j - k_max + 8); whenever k_max - k_j <= 17 the FP4 codes are
+// copied byte for byte and every value is identical. Other blocks are
+// re-quantized from their exact values and counted.
+struct CastStats {
+  int64_t blocks = 0;       // MX blocks seen
+  int64_t exact = 0;        // copied bit-exactly
+  int64_t requantized = 0;  // outside the window, re-quantized (lossy)
+  double max_abs_error = 0; // largest |nv - mx| over all elements
+};
+int mxfp4_max_exponent(const uint8_t* scales, int64_t count);
+float mxfp4_to_nvfp4_global_scale(int k_max);  // 2^(k_max - 8)
+// One [rows, cols] tensor. nv_packed may alias nothing; sizes as above.
+CastStats mxfp4_to_nvfp4(const uint8_t* mx_packed, const uint8_t* mx_scales, int64_t rows,
+                         int64_t cols, int k_max, uint8_t* nv_packed, uint8_t* nv_scales);
+
+}  // namespace nibble

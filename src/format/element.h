@@ -1,0 +1,44 @@
+// Element codecs: the narrow number types of formats.md, one byte (or
+// nibble) at a time. Encoders round to nearest, ties to even, and saturate to
+// the largest finite value (PTX cvt.rn.satfinite); a NaN input is a caller
+// error and throws nibble::Error. These are the exact reference every kernel
+// is checked against, so they favour obviousness over speed.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace nibble {
+
+// E2M1 (FP4): s.ee.m, bias 1. Code in the low 4 bits; magnitudes by code
+// 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; code 8 is -0.
+extern const float kE2M1Values[16];
+inline float e2m1_decode(uint8_t code) { return kE2M1Values[code & 0xF]; }
+uint8_t e2m1_encode(float x);
+
+// E4M3 "fn": s.eeee.mmm, bias 7, max 448, 0x7F/0xFF NaN, no infinity.
+float e4m3_decode(uint8_t code);
+uint8_t e4m3_encode(float x);
+
+// E5M2: s.eeeee.mm, bias 15, IEEE specials, max finite 57344.
+float e5m2_decode(uint8_t code);
+uint8_t e5m2_encode(float x);  // saturates: +-inf input gives +-57344
+
+// UE8M0: 2^(e-127) for e in 0..254; 0xFF is NaN; no zero, no sign.
+float ue8m0_decode(uint8_t code);
+// Nearest power of two (ties to even exponent), saturating to [2^-127, 2^127].
+// Zero and negative inputs are errors: the type has neither.
+uint8_t ue8m0_encode(float x);
+
+// BF16: the upper half of an IEEE f32. Encoding rounds to nearest even like
+// every framework does; it does not saturate (BF16 has f32's range and an
+// infinity), and NaN stays NaN.
+inline float bf16_decode(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t bf16_encode(float x);
+
+}  // namespace nibble
