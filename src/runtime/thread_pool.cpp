@@ -20,6 +20,15 @@ inline void cpu_relax() {
 #endif
 }
 
+// One step of a spin-wait: a few hundred pause instructions first (a
+// dispatch on an idle machine answers within a microsecond or two), then
+// yield the core between checks, so that on an oversubscribed machine the
+// thread we wait for gets to run instead of our spinning.
+inline void relax(int spins) {
+  if (spins < 256) cpu_relax();
+  else std::this_thread::yield();
+}
+
 using Clock = std::chrono::steady_clock;
 
 // Part p of n items split into `parts` near-equal contiguous ranges.
@@ -69,8 +78,8 @@ void ThreadPool::worker(int index) {
     int spins = 0;
     while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
       if (stop_.load(std::memory_order_relaxed)) return;
-      cpu_relax();
-      if ((++spins & 63) == 0 && Clock::now() > deadline) {
+      relax(++spins);
+      if ((spins & 15) == 0 && Clock::now() > deadline) {
         std::unique_lock<std::mutex> lock(mu_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         start_cv_.wait(lock, [&] {
@@ -102,8 +111,8 @@ void ThreadPool::dispatch(int parts) {
   Clock::time_point deadline = Clock::now() + std::chrono::microseconds(spin_us_.load());
   int spins = 0;
   while (pending_.load(std::memory_order_acquire) != 0) {
-    cpu_relax();
-    if ((++spins & 63) == 0 && Clock::now() > deadline) {
+    relax(++spins);
+    if ((spins & 15) == 0 && Clock::now() > deadline) {
       std::unique_lock<std::mutex> lock(mu_);
       caller_sleeping_.store(true, std::memory_order_seq_cst);
       done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });

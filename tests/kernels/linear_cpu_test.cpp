@@ -12,6 +12,7 @@
 //   error's RMS is sqrt(sum_j w_j^2 d_b(j)^2 / 12) (checked in L2, within 30%).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -159,6 +160,42 @@ TEST_P(LinearCpu, RejectsMalformedViews) {
   bad = w.view;
   bad.format = Format::int_index;
   EXPECT_THROW(linear_for_isa(GetParam())(bad, x.data(), 1, y.data(), nullptr), Error);
+}
+
+TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
+  // x_j = k_j * 2^s with integer |k_j| <= 127 and each block's amax exactly
+  // 127 * 2^s: the int8 quantization is lossless, so the FP4 paths must then
+  // meet the f32 budget (this catches scale mistakes far below the int8
+  // rounding noise).
+  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  uint64_t seed = 500;
+  for (const Case& c : cases()) {
+    if (c.format != Format::mxfp4 && c.format != Format::nvfp4) continue;
+    for (int64_t n : {1, 3, 9}) {
+      SCOPED_TRACE(describe(c, n, GetParam()));
+      OwnedWeights w = random_weights(c.format, c.rows, c.cols, seed++);
+      std::vector<float> g(size_t(n * c.cols));
+      random_normal(g.data(), int64_t(g.size()), seed++);
+      std::vector<float> x(g.size());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t b = 0; b < c.cols; b += 32) {  // the kernels' blocks: per token
+          const size_t base = size_t(t * c.cols + b), k = size_t(b / 32 + t);
+          const float scale = std::ldexp(1.0f, int(k % 7) - 3);
+          for (size_t j = base; j < base + size_t(std::min<int64_t>(32, c.cols - b)); ++j)
+            x[j] = std::clamp(std::nearbyint(g[j] * 40.0f), -127.0f, 127.0f) * scale;
+          x[base + k % 16] = (k % 2 ? -127.0f : 127.0f) * scale;
+        }
+      std::vector<float> y(size_t(n * c.rows)), ref(y.size());
+      linear_for_isa(GetParam())(w.view, x.data(), n, y.data(), nullptr);
+      linear_ref(w.view, x.data(), n, ref.data(), nullptr);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+        den += double(ref[i]) * ref[i];
+      }
+      EXPECT_LE(std::sqrt(num / den), 1e-5);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, LinearCpu, ::testing::Values(CpuIsa::avx2, CpuIsa::avx512),
