@@ -35,17 +35,21 @@ struct RawWeights {
 struct PreparedActs {
   const uint8_t* data;
   int64_t stride;
-  int64_t n;  // tokens
+  int64_t n;                   // tokens
+  const int32_t* token_index;  // token t's row is token_index[t]; null: row t
 };
 
-// Where a row range's results go: for token t and row r,
-//   y[t * ldy + r] = (accumulate ? y[t * ldy + r] : 0) + alpha[t] * dot(W[r], x[t])
-// with alpha == nullptr meaning 1.
+// Where a row range's results go: for token t and row r, with
+// i = y_index ? y_index[t] : t,
+//   y[i * ldy + r] = (accumulate ? y[i * ldy + r] : 0) + alpha[t] * dot(W[r], x[t])
+// and alpha == nullptr meaning 1. Tokens are processed in order, so repeated
+// y_index entries accumulate deterministically.
 struct RowsOut {
   float* y;
   int64_t ldy;
   const float* alpha;
   bool accumulate;
+  const int32_t* y_index;
 };
 
 // Which activation layout a weight kind uses; kinds with equal classes can

@@ -30,6 +30,13 @@ constexpr int64_t kGroupBytes = 128;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// An f32 scale from a tensor that need not be 4-byte aligned.
+inline float load_f32(const uint8_t* p) {
+  float f;
+  __builtin_memcpy(&f, p, 4);
+  return f;
+}
+
 inline float bits_to_float(uint32_t u) {
   float f;
   __builtin_memcpy(&f, &u, 4);
@@ -140,7 +147,7 @@ inline __m256 nv_scales(__m128i s) {
 }
 
 template <int T>
-inline void fp4_step(__m256i v, __m256 ws, const uint8_t* acts, int64_t stride, int64_t g, __m256* acc) {
+inline void fp4_step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g, __m256* acc) {
   const __m256i lut = _mm256_broadcastsi128_si256(
       _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -148,7 +155,7 @@ inline void fp4_step(__m256i v, __m256 ws, const uint8_t* acts, int64_t stride, 
   __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
   __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
   for (int t = 0; t < T; ++t) {
-    const uint8_t* a = acts + t * stride + g * kGroupBytes;
+    const uint8_t* a = acts[t] + g * kGroupBytes;
     // u8 (<= 24) x s8 (|q| <= 127): pair sums <= 6096, the two halves' sum
     // <= 12192, so the 16-bit steps never saturate.
     __m256i p = _mm256_add_epi16(
@@ -162,8 +169,8 @@ inline void fp4_step(__m256i v, __m256 ws, const uint8_t* acts, int64_t stride, 
 }
 
 template <int T, bool kNv>
-void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8_t* acts,
-             int64_t stride, float* dots) {
+void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8_t* const* acts,
+             float* dots) {
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const int64_t full = cols / kGroup;
@@ -179,7 +186,7 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
       __builtin_memcpy(&s, srow + 2 * g, 2);
       ws = mx_scales(_mm_cvtsi32_si128(s));
     }
-    fp4_step<T>(v, ws, acts, stride, g, acc);
+    fp4_step<T>(v, ws, acts, g, acc);
   }
   const int64_t rem = cols % kGroup;  // 16, 32 or 48 elements
   if (rem > 0) {
@@ -188,7 +195,7 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
     copy_tail(srow + (kNv ? 4 : 2) * full, kNv ? rem / 16 : rem / 32, sbuf);
     __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wbuf));
     __m128i s = _mm_load_si128(reinterpret_cast<const __m128i*>(sbuf));
-    fp4_step<T>(v, kNv ? nv_scales(s) : mx_scales(s), acts, stride, full, acc);
+    fp4_step<T>(v, kNv ? nv_scales(s) : mx_scales(s), acts, full, acc);
   }
   for (int t = 0; t < T; ++t) dots[t] = hsum(acc[t]);
 }
@@ -210,8 +217,8 @@ inline void e4m3x16_to_f32(__m128i codes, __m256* lo, __m256* hi) {
 }
 
 template <int T>
-void fp8_row(const uint8_t* wrow, const float* tile_scale, int64_t cols, const uint8_t* acts,
-             int64_t stride, float* dots) {
+void fp8_row(const uint8_t* wrow, const float* tile_scale, int64_t cols, const uint8_t* const* acts,
+             float* dots) {
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const int64_t tiles = (cols + 127) / 128;
@@ -232,7 +239,7 @@ void fp8_row(const uint8_t* wrow, const float* tile_scale, int64_t cols, const u
       __m256 lo, hi;
       e4m3x16_to_f32(codes, &lo, &hi);
       for (int t = 0; t < T; ++t) {
-        const float* xt = reinterpret_cast<const float*>(acts + t * stride) + col;
+        const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
         tacc[t] = _mm256_fmadd_ps(lo, _mm256_load_ps(xt), tacc[t]);
         tacc[t] = _mm256_fmadd_ps(hi, _mm256_load_ps(xt + 8), tacc[t]);
       }
@@ -246,7 +253,7 @@ void fp8_row(const uint8_t* wrow, const float* tile_scale, int64_t cols, const u
 // ---- BF16 and F32 ----------------------------------------------------------------
 
 template <int T>
-void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t stride, float* dots) {
+void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
@@ -262,7 +269,7 @@ void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t st
     __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
     for (int t = 0; t < T; ++t) {
-      const float* xt = reinterpret_cast<const float*>(acts + t * stride) + c;
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
       acc[t] = _mm256_fmadd_ps(even, _mm256_load_ps(xt), acc[t]);
       acc[t] = _mm256_fmadd_ps(odd, _mm256_load_ps(xt + 8), acc[t]);
     }
@@ -271,7 +278,7 @@ void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t st
 }
 
 template <int T>
-void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t stride, float* dots) {
+void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const float* w = reinterpret_cast<const float*>(wrow);
@@ -285,7 +292,7 @@ void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t str
       v = _mm256_maskload_ps(w + c, _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(left)), idx));
     }
     for (int t = 0; t < T; ++t) {
-      const float* xt = reinterpret_cast<const float*>(acts + t * stride) + c;
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
       acc[t] = _mm256_fmadd_ps(v, _mm256_load_ps(xt), acc[t]);
     }
   }
@@ -307,7 +314,7 @@ int64_t row_bytes(const RawWeights& w) {
 }
 
 template <int T>
-void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* acts, int64_t stride,
+void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                  int64_t t0, const RowsOut& out) {
   float dots[T] = {};
   const int64_t cols = w.cols;
@@ -318,11 +325,11 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* act
     float scale = 1.0f;
     switch (w.kind) {
       case WeightKind::mxfp4:
-        fp4_row<T, false>(w.data + r * (cols / 2), w.scales + r * (cols / 32), cols, acts, stride, dots);
+        fp4_row<T, false>(w.data + r * (cols / 2), w.scales + r * (cols / 32), cols, acts, dots);
         scale = 0.5f;
         break;
       case WeightKind::nvfp4:
-        fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, stride, dots);
+        fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
         scale = 0.5f * 256.0f * w.global_scale;
         break;
       case WeightKind::fp8_ue8m0:
@@ -338,26 +345,29 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* act
             for (int64_t c = 0; c < nt; ++c) {
               const int64_t s_idx = band * tiles + c0 + c;
               float s = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[s_idx])
-                                                        : reinterpret_cast<const float*>(w.scales)[s_idx];
+                                                        : load_f32(w.scales + 4 * s_idx);
               tile_scale[c] = s * 256.0f;
             }
           }
           const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
           float part[T];
-          fp8_row<T>(wrow + c0 * 128, tile_scale, span, acts + c0 * 128 * 4, stride, part);
+          const uint8_t* shifted[T];
+          for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * 4;
+          fp8_row<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
           for (int t = 0; t < T; ++t) dots[t] += part[t];
         }
         break;
       }
       case WeightKind::bf16:
-        bf16_row<T>(w.data + r * cols * 2, cols, acts, stride, dots);
+        bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
         break;
       case WeightKind::f32:
-        f32_row<T>(w.data + r * cols * 4, cols, acts, stride, dots);
+        f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
     }
     for (int t = 0; t < T; ++t) {
-      float* y = out.y + (t0 + t) * out.ldy + r;
+      const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
+      float* y = out.y + yi * out.ldy + r;
       float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
       *y = out.accumulate ? *y + v : v;
     }
@@ -367,7 +377,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* act
 template <int T>
 void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, int64_t t0,
                     const RowsOut& out) {
-  rows_tokens<T>(w, r0, r1, a.data + t0 * a.stride, a.stride, t0, out);
+  const uint8_t* acts[T];
+  for (int t = 0; t < T; ++t)
+    acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+  rows_tokens<T>(w, r0, r1, acts, t0, out);
 }
 
 // e^x for x in [-87, 88]: 2^n by building the exponent field, 2^f by Taylor.

@@ -51,6 +51,13 @@ constexpr int64_t kGroupBytes = 256;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// An f32 scale from a tensor that need not be 4-byte aligned.
+inline float load_f32(const uint8_t* p) {
+  float f;
+  __builtin_memcpy(&f, p, 4);
+  return f;
+}
+
 inline float bits_to_float(uint32_t u) {
   float f;
   __builtin_memcpy(&f, &u, 4);
@@ -168,14 +175,14 @@ inline __m512 nv_scales(__m128i s8) {
 }
 
 template <int T, bool kNv>
-inline void fp4_step(__m512i v, __m512 ws, const uint8_t* acts, int64_t stride, int64_t g,
+inline void fp4_step(__m512i v, __m512 ws, const uint8_t* const* acts, int64_t g,
                      __m512* acc) {
   const __m512i lut = fp4_lut();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
   __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
   for (int t = 0; t < T; ++t) {
-    const uint8_t* a = acts + t * stride + g * kGroupBytes;
+    const uint8_t* a = acts[t] + g * kGroupBytes;
     __m512i d = _mm512_load_si512(a + 128);
     d = _mm512_dpbusd_epi32(d, lo, _mm512_load_si512(a));
     d = _mm512_dpbusd_epi32(d, hi, _mm512_load_si512(a + 64));
@@ -186,8 +193,8 @@ inline void fp4_step(__m512i v, __m512 ws, const uint8_t* acts, int64_t stride, 
 // dots[t] = sum over the row of (2*e2m1 * block scale) * x_t (scale 1/2 and
 // s_g applied by the caller).
 template <int T, bool kNv>
-void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8_t* acts,
-             int64_t stride, float* dots) {
+void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8_t* const* acts,
+             float* dots) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const int64_t full = cols / kGroup;
@@ -200,7 +207,7 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
       __builtin_memcpy(&s4, srow + 4 * g, 4);
       ws = mx_scales(_mm_cvtsi32_si128(s4));
     }
-    fp4_step<T, kNv>(v, ws, acts, stride, g, acc);
+    fp4_step<T, kNv>(v, ws, acts, g, acc);
   }
   const int64_t rem = cols % kGroup;  // a multiple of 32 (MXFP4) or 16 (NVFP4)
   if (rem > 0) {
@@ -210,7 +217,7 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
     __m512 ws;
     if constexpr (kNv) ws = nv_scales(_mm_maskz_loadu_epi8(__mmask16((1u << (rem / 16)) - 1), srow + 8 * full));
     else ws = mx_scales(_mm_maskz_loadu_epi8(__mmask16((1u << (rem / 32)) - 1), srow + 4 * full));
-    fp4_step<T, kNv>(v, ws, acts, stride, full, acc);
+    fp4_step<T, kNv>(v, ws, acts, full, acc);
   }
   for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(acc[t]);
 }
@@ -237,7 +244,7 @@ inline void e4m3x32_to_f32(__m256i codes, __m512* lo, __m512* hi) {
 
 template <int T>
 void fp8_row(const uint8_t* wrow, const float* tile_scale /*[ceil(cols/128)], x 2^8 applied*/,
-             int64_t cols, const uint8_t* acts, int64_t stride, float* dots) {
+             int64_t cols, const uint8_t* const* acts, float* dots) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const int64_t tiles = (cols + 127) / 128;
@@ -254,7 +261,7 @@ void fp8_row(const uint8_t* wrow, const float* tile_scale /*[ceil(cols/128)], x 
       __m512 lo, hi;
       e4m3x32_to_f32(codes, &lo, &hi);
       for (int t = 0; t < T; ++t) {
-        const float* xt = reinterpret_cast<const float*>(acts + t * stride) + col;
+        const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
         tacc[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xt), tacc[t]);
         tacc[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xt + 16), tacc[t]);
       }
@@ -270,7 +277,7 @@ void fp8_row(const uint8_t* wrow, const float* tile_scale /*[ceil(cols/128)], x 
 // ============================================================================
 
 template <int T>
-void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t stride, float* dots) {
+void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i hi_mask = _mm512_set1_epi32(int32_t(0xFFFF0000u));
@@ -281,7 +288,7 @@ void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t st
     __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
     for (int t = 0; t < T; ++t) {
-      const float* xt = reinterpret_cast<const float*>(acts + t * stride) + c;
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
       acc[t] = _mm512_fmadd_ps(even, _mm512_load_ps(xt), acc[t]);
       acc[t] = _mm512_fmadd_ps(odd, _mm512_load_ps(xt + 16), acc[t]);
     }
@@ -290,7 +297,7 @@ void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t st
 }
 
 template <int T>
-void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t stride, float* dots) {
+void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const float* w = reinterpret_cast<const float*>(wrow);
@@ -299,7 +306,7 @@ void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* acts, int64_t str
     if (c + 16 <= cols) v = _mm512_loadu_ps(w + c);
     else v = _mm512_maskz_loadu_ps(__mmask16((1u << (cols - c)) - 1), w + c);
     for (int t = 0; t < T; ++t) {
-      const float* xt = reinterpret_cast<const float*>(acts + t * stride) + c;
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
       acc[t] = _mm512_fmadd_ps(v, _mm512_load_ps(xt), acc[t]);
     }
   }
@@ -325,7 +332,7 @@ int64_t row_bytes(const RawWeights& w) {
 
 // Rows [r0, r1) x tokens [t0, t0 + T) into out.
 template <int T>
-void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* acts, int64_t stride,
+void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                  int64_t t0, const RowsOut& out) {
   float dots[T] = {};
   const int64_t cols = w.cols;
@@ -336,11 +343,11 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* act
     float scale = 1.0f;
     switch (w.kind) {
       case WeightKind::mxfp4:
-        fp4_row<T, false>(w.data + r * (cols / 2), w.scales + r * (cols / 32), cols, acts, stride, dots);
+        fp4_row<T, false>(w.data + r * (cols / 2), w.scales + r * (cols / 32), cols, acts, dots);
         scale = 0.5f;
         break;
       case WeightKind::nvfp4:
-        fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, stride, dots);
+        fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
         scale = 0.5f * 256.0f * w.global_scale;
         break;
       case WeightKind::fp8_ue8m0:
@@ -354,11 +361,11 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* act
             for (int64_t c = 0; c < tiles; ++c) {
               float s = w.kind == WeightKind::fp8_ue8m0
                             ? ue8m0_value(w.scales[band * tiles + c])
-                            : reinterpret_cast<const float*>(w.scales)[band * tiles + c];
+                            : load_f32(w.scales + 4 * (band * tiles + c));
               tile_scale[c] = s * 256.0f;
             }
           }
-          fp8_row<T>(wrow, tile_scale, cols, acts, stride, dots);
+          fp8_row<T>(wrow, tile_scale, cols, acts, dots);
         } else {
           float part[T];
           for (int t = 0; t < T; ++t) dots[t] = 0.0f;
@@ -367,25 +374,28 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* act
             for (int64_t c = 0; c < nt; ++c) {
               const int64_t s_idx = (r / 128) * tiles + c0 + c;
               float s = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[s_idx])
-                                                        : reinterpret_cast<const float*>(w.scales)[s_idx];
+                                                        : load_f32(w.scales + 4 * s_idx);
               tile_scale[c] = s * 256.0f;
             }
             const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
-            fp8_row<T>(wrow + c0 * 128, tile_scale, span, acts + c0 * 128 * 4, stride, part);
+            const uint8_t* shifted[T];
+            for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * 4;
+            fp8_row<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
             for (int t = 0; t < T; ++t) dots[t] += part[t];
           }
         }
         break;
       }
       case WeightKind::bf16:
-        bf16_row<T>(w.data + r * cols * 2, cols, acts, stride, dots);
+        bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
         break;
       case WeightKind::f32:
-        f32_row<T>(w.data + r * cols * 4, cols, acts, stride, dots);
+        f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
     }
     for (int t = 0; t < T; ++t) {
-      float* y = out.y + (t0 + t) * out.ldy + r;
+      const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
+      float* y = out.y + yi * out.ldy + r;
       float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
       *y = out.accumulate ? *y + v : v;
     }
@@ -395,7 +405,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* act
 template <int T>
 void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, int64_t t0,
                     const RowsOut& out) {
-  rows_tokens<T>(w, r0, r1, a.data + t0 * a.stride, a.stride, t0, out);
+  const uint8_t* acts[T];
+  for (int t = 0; t < T; ++t)
+    acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+  rows_tokens<T>(w, r0, r1, acts, t0, out);
 }
 
 }  // namespace

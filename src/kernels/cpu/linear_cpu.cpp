@@ -120,7 +120,7 @@ x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const floa
   } else {
     k.prepare_acts(c, x, n, cols, out);
   }
-  return {out, stride, n};
+  return {out, stride, n, nullptr};
 }
 
 }  // namespace cpu
@@ -139,7 +139,7 @@ void linear_simd(CpuIsa isa, const WeightView& w, const float* x, int64_t n, flo
   thread_local cpu::ScratchBuffer acts_buf;
   const x86::PreparedActs acts =
       cpu::prepare_acts(k, x86::acts_class(raw.kind), x, n, w.cols, acts_buf, pool);
-  const x86::RowsOut out{y, w.rows, nullptr, false};
+  const x86::RowsOut out{y, w.rows, nullptr, false, nullptr};
   const int threads = pool ? pool->size() : 1;
   const int64_t chunk = cpu::row_chunk(w.rows, threads);
   const int64_t items = (w.rows + chunk - 1) / chunk;
