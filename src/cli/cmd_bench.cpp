@@ -12,6 +12,7 @@
 // they come from DRAM: `linear` cycles through copies of the matrix that
 // together exceed 4x the last-level cache; `moe` allocates all experts of a
 // layer and routes each token to experts no recent call used.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,8 @@ const std::vector<OptionSpec> kOptions = {
     {"--threads", "N", "threads (default: all)"},
     {"--isa", "NAME", "kernels: ref, avx2, avx512 or auto (default)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3)"},
+    {"--resident", "", "linear: one copy of the weights (cache-resident when small), one thread, timed by\n"
+                       "the thread's CPU clock: the kernel's compute ceiling per core, immune to other load"},
     {"--json", "", "one JSON object per measurement, one per line"},
 };
 
@@ -74,6 +77,14 @@ Timing summarize(std::vector<double> ms) {
   const size_t n = ms.size();
   t.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
   return t;
+}
+
+// CPU time of the calling thread: what a kernel costs when it runs, however
+// often other processes preempt it.
+double thread_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
 double bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads, dram_working_set(), 3); }
@@ -180,12 +191,13 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json
   const std::vector<int64_t> batches = parse_batches(args);
   const int64_t iters = args.integer("--iters", isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   const LinearFn fn = linear_for_isa(isa);
+  const bool resident = args.has("--resident");
 
   // Copies of one random matrix, together past 4x the LLC; each call uses the
   // next copy, so every call streams its weights from DRAM.
   OwnedWeights base = random_weights(format, rows, cols, 42, fp8);
   const double bytes = double(base.view.bytes());
-  const size_t copies = std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
+  const size_t copies = resident ? 1 : std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
   std::vector<OwnedWeights> mats(copies);
   pool.parallel_for(int64_t(copies), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -202,33 +214,41 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json
   std::vector<float> x(size_t(max_batch * cols)), y(size_t(max_batch * rows));
   random_normal(x.data(), int64_t(x.size()), 7);
 
-  double bw = bandwidth_gbps(pool.size());
+  double bw = bandwidth_gbps(resident ? 1 : pool.size());
+  ThreadPool* p = resident ? nullptr : &pool;
   std::vector<Result> results;
   size_t next = 0;
   for (int64_t batch : batches) {
     for (size_t i = 0; i < std::min<size_t>(copies, 8); ++i)  // warm-up: code, scratch, pool
-      fn(mats[next++ % copies].view, x.data(), batch, y.data(), &pool);
+      fn(mats[next++ % copies].view, x.data(), batch, y.data(), p);
     std::vector<double> ms;
     for (int64_t it = 0; it < iters; ++it) {
       const WeightView& w = mats[next++ % copies].view;
-      auto t0 = Clock::now();
-      fn(w, x.data(), batch, y.data(), &pool);
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (resident) {
+        const double t0 = thread_cpu_ms();
+        fn(w, x.data(), batch, y.data(), nullptr);
+        ms.push_back(thread_cpu_ms() - t0);
+      } else {
+        auto t0 = Clock::now();
+        fn(w, x.data(), batch, y.data(), p);
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
     }
     Result r;
     r.op = "linear";
     r.format = format_name(format);
     r.isa = cpu_isa_name(isa);
-    r.threads = pool.size();
+    r.threads = resident ? 1 : pool.size();
     r.batch = batch;
     r.bytes = bytes;
     r.iters = iters;
     r.time = summarize(ms);
     r.detail = std::to_string(rows) + "x" + std::to_string(cols) +
-               (format == Format::fp8_block128 ? std::string(" scales ") + (fp8 == Fp8ScaleType::f32 ? "f32" : "ue8m0") : "");
+               (format == Format::fp8_block128 ? std::string(" scales ") + (fp8 == Fp8ScaleType::f32 ? "f32" : "ue8m0") : "") +
+               (resident ? ", resident, thread CPU time" : "");
     results.push_back(r);
   }
-  bw = std::max(bw, bandwidth_gbps(pool.size()));
+  bw = std::max(bw, bandwidth_gbps(resident ? 1 : pool.size()));
   for (Result& r : results) {
     r.bandwidth = bw;
     print(r, json);

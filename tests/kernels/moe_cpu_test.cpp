@@ -3,40 +3,25 @@
 // format, batches 1..17 (tokens share experts: 16 experts, top-4), with and
 // without threads.
 //
-// Budget: where the kernels round activations to int8 (x before FP4 w1/w3, h
-// before FP4 w2), the reference rounds them the same way (int8_grid below,
-// written from the definition: per block of 32, step amax/127, round half
-// to even); what remains is f32 accumulation, 1e-4 relative L2 (see
-// moe_fixture_test.cpp for why not 1e-5). Non-FP4 layers: 1e-5.
+// Budget: where the kernels round activations (to int8 blocks before FP4
+// weights, to bf16 before FP8 weights on AVX-512 BF16), the reference rounds
+// them the same way (rounding.h, written from the definitions); what
+// remains is f32 accumulation, 1e-4 relative L2 (see moe_fixture_test.cpp
+// for why not 1e-5).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/cpu/random_weights.h"
 #include "kernels/moe_routing.h"
+#include "rounding.h"
 #include "runtime/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {
 namespace {
-
-bool is_fp4(Format f) { return f == Format::mxfp4 || f == Format::nvfp4; }
-
-// v[rows, cols] rounded to the int8 grid, per row and block of 32.
-void int8_grid(std::vector<float>& v, int64_t cols) {
-  for (size_t r = 0; r < v.size() / size_t(cols); ++r)
-    for (int64_t b = 0; b < cols; b += 32) {
-      float* p = v.data() + r * size_t(cols) + size_t(b);
-      const int64_t len = std::min<int64_t>(32, cols - b);
-      float amax = 0.0f;
-      for (int64_t j = 0; j < len; ++j) amax = std::max(amax, std::fabs(p[j]));
-      const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-      for (int64_t j = 0; j < len; ++j) p[j] = std::nearbyint(p[j] * inv) * d;
-    }
-}
 
 struct Layer {
   std::vector<OwnedWeights> owned;
@@ -75,7 +60,7 @@ Layer random_layer(Format expert_fmt, Format shared_fmt, int64_t D, int64_t I, i
 }
 
 // The layer with the kernels' activation rounding, from linear_ref.
-std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, int64_t n) {
+std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, int64_t n, CpuIsa isa) {
   const int64_t D = w.hidden, I = w.inter, E = w.n_experts, K = w.top_k;
   std::vector<float> logits(size_t(n * E)), y(size_t(n * D), 0.0f);
   linear_ref(w.gate, x.data(), n, logits.data(), nullptr);
@@ -83,7 +68,7 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
   route_tokens(w, logits.data(), nullptr, n, &r);
   auto expert = [&](const ExpertWeights& ew, int64_t t, float wt) {
     std::vector<float> xt(x.begin() + t * D, x.begin() + (t + 1) * D);
-    if (is_fp4(ew.w1.format)) int8_grid(xt, D);
+    test::round_like_kernel(xt, D, isa, ew.w1);
     std::vector<float> g(static_cast<size_t>(I)), u(static_cast<size_t>(I)), o(static_cast<size_t>(D));
     linear_ref(ew.w1, xt.data(), 1, g.data(), nullptr);
     linear_ref(ew.w3, xt.data(), 1, u.data(), nullptr);
@@ -92,7 +77,7 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
       const float ui = std::clamp(u[size_t(i)], -w.swiglu_limit, w.swiglu_limit);
       g[size_t(i)] = gi / (1.0f + std::exp(-gi)) * ui;
     }
-    if (is_fp4(ew.w2.format)) int8_grid(g, I);
+    test::round_like_kernel(g, I, isa, ew.w2);
     linear_ref(ew.w2, g.data(), 1, o.data(), nullptr);
     for (int64_t d = 0; d < D; ++d) y[size_t(t * D + d)] += o[size_t(d)] * wt;
   };
@@ -102,15 +87,6 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
     expert(w.shared, t, 1.0f);
   }
   return y;
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 class MoeCpu : public ::testing::TestWithParam<CpuIsa> {};
@@ -138,12 +114,12 @@ TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
                    " n=" + std::to_string(n));
       std::vector<float> x(size_t(n * c.D));
       random_normal(x.data(), int64_t(x.size()), seed + 99 + uint64_t(n));
-      const std::vector<float> want = reference(l.w, x, n);
-      const double budget = is_fp4(c.expert) || is_fp4(c.shared) ? 1e-4 : 1e-5;
+      const std::vector<float> want = reference(l.w, x, n, isa);
+      const double budget = 1e-4;
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> y(want.size(), NAN);
         moe_for_isa(isa)(l.w, x.data(), nullptr, n, y.data(), p);
-        EXPECT_LE(rel_l2(y, want), budget) << (p ? "threaded" : "single thread");
+        EXPECT_LE(test::rel_l2(y, want), budget) << (p ? "threaded" : "single thread");
       }
     }
     seed += 1000;

@@ -28,15 +28,25 @@ struct RawWeights {
   float global_scale;     // nvfp4 s_g; 1 otherwise
 };
 
-// Activations rearranged for one weight kind by prepare_acts_*: the layout is
-// private to the ISA that made it (FP4 kinds: int8 blocks of 32 with their
-// scales, split into even/odd elements to match the packed nibbles; BF16:
-// even/odd f32 halves; FP8/F32: f32 zero-padded). `stride` bytes per token.
+// How activations are laid out for a weight kind (chosen per ISA and CPU by
+// the baseline code; the layouts themselves are private to each ISA file):
+//   int8_blocks   FP4 weights: int8 blocks of 32 with their scales, even/odd
+//                 elements apart to match the packed nibbles (lossy: x is
+//                 rounded to int8, step amax/127 per block)
+//   f32_even_odd  BF16 weights: f32, even/odd halves of each chunk
+//   f32_plain     FP8 (without AVX-512 BF16) and F32 weights: f32
+//   bf16_plain    FP8 with AVX-512 BF16: x rounded to bf16 for vdpbf16ps
+//                 (lossy: 2^-9 relative per element)
+enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, bf16_plain };
+constexpr int kActsClasses = 4;
+
+// Activations prepared by prepare_acts_*, `stride` bytes per token.
 struct PreparedActs {
   const uint8_t* data;
   int64_t stride;
   int64_t n;                   // tokens
   const int32_t* token_index;  // token t's row is token_index[t]; null: row t
+  ActsClass cls;               // the layout of data
 };
 
 // Where a row range's results go: for token t and row r, with
@@ -52,16 +62,11 @@ struct RowsOut {
   const int32_t* y_index;
 };
 
-// Which activation layout a weight kind uses; kinds with equal classes can
-// share one prepared copy of x (w1 and w3 always do).
-enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain };
-ActsClass acts_class(WeightKind kind);  // defined in linear_cpu.cpp (baseline)
-
 // ---- AVX-512 (F, BW, VL, DQ, VBMI, VNNI) -------------------------------------
 // Bytes per token prepare_acts_avx512 writes for `cols` input features.
 int64_t acts_stride_avx512(ActsClass c, int64_t cols);
 // x: [n, cols] f32 -> out: [n, stride] (64-byte aligned). For int8_blocks,
-// cols must be a multiple of 16.
+// cols must be a multiple of 16; bf16_plain needs AVX-512 BF16.
 void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
 // Rows [r0, r1) of W against all a.n tokens. Weight tiles are reused across
 // tokens in groups of 8, so prefill reads each weight once per row tile.

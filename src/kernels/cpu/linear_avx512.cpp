@@ -42,7 +42,8 @@ namespace {
 // x is quantized per block of 32 with scale amax / 127 (round to nearest
 // even), as ggml's Q8_0: the one lossy step of the FP4 path.
 //
-// f32_plain (FP8, F32 weights): x as f32, zero-padded to a multiple of 128.
+// f32_plain (FP8 without AVX-512 BF16, F32 weights): x as f32, zero-padded
+// to a multiple of 128. bf16_plain (FP8): x rounded to bf16, same padding.
 // f32_even_odd (BF16 weights): per 32 elements, 16 evens then 16 odds, since
 // a BF16 pair in a dword widens to f32 as (dword << 16, dword & 0xFFFF0000).
 
@@ -113,6 +114,19 @@ void copy_plain_token(const float* x, int64_t cols, float* out) {
     int64_t left = cols - c;
     __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
     _mm512_storeu_ps(out + c, _mm512_maskz_loadu_ps(m, x + c));
+  }
+}
+
+// x rounded to bf16 (nearest even), zero-padded to a multiple of 128.
+void bf16_token(const float* x, int64_t cols, uint8_t* out) {
+  const int64_t padded = round_up(cols, kGroup);
+  for (int64_t c = 0; c < padded; c += 32) {
+    int64_t left = cols - c;
+    __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+    left -= 16;
+    __mmask16 m1 = left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+    __m512 a = _mm512_maskz_loadu_ps(m0, x + c), b = _mm512_maskz_loadu_ps(m1, x + c + 16);
+    _mm512_storeu_si512(out + 2 * c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
   }
 }
 
@@ -249,8 +263,10 @@ void fp8_row(const uint8_t* wrow, const float* tile_scale /*[ceil(cols/128)], x 
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const int64_t tiles = (cols + 127) / 128;
   for (int64_t c = 0; c < tiles; ++c) {
-    __m512 tacc[T];
-    for (int t = 0; t < T; ++t) tacc[t] = _mm512_setzero_ps();
+    // Two accumulators per token (even / odd 16-column halves): one chain
+    // of dependent FMAs per token would cap the loop at the FMA latency.
+    __m512 tacc[T], tacc2[T];
+    for (int t = 0; t < T; ++t) tacc[t] = tacc2[t] = _mm512_setzero_ps();
     const int64_t c0 = c * 128;
     const int64_t chunks = c0 + 128 <= cols ? 4 : (cols - c0 + 31) / 32;
     for (int64_t k = 0; k < chunks; ++k) {
@@ -263,7 +279,58 @@ void fp8_row(const uint8_t* wrow, const float* tile_scale /*[ceil(cols/128)], x 
       for (int t = 0; t < T; ++t) {
         const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
         tacc[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xt), tacc[t]);
-        tacc[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xt + 16), tacc[t]);
+        tacc2[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xt + 16), tacc2[t]);
+      }
+    }
+    const __m512 s = _mm512_set1_ps(tile_scale[c]);
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(_mm512_add_ps(tacc[t], tacc2[t]), s, acc[t]);
+  }
+  for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// With AVX-512 BF16, FP8 weights widen to bf16 instead (exactly: E4M3 has
+// 3 mantissa bits, bf16 7, and bf16's exponent range covers E4M3's), and
+// one vdpbf16ps multiplies 32 of them by 32 bf16 activations. For a code
+// with exponent field e >= 1 the bf16 is sign | (e + 112) << 7 | m << 4,
+// i.e. (code << 4 within a sign-extended word) & 0x87F0 | 0x3800: one shift
+// and one ternary-logic op. That is value * 2^-8 (bias 112, not 120), the
+// same scale as the f16 route, so the 2^8 folds into the tile scale. Codes
+// with e = 0 (zero and subnormals) would come out wrong; a chunk holding
+// any takes the exact f16 route (cvtph2ps) and converts back to bf16.
+// Real checkpoints have few such codes (|w| below 2^-6 of a tile's scale).
+inline __m512i e4m3x32_to_bf16(__m256i codes) {
+  const __m512i v = _mm512_cvtepi8_epi16(codes);
+  __m512i bf = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 4), _mm512_set1_epi16(int16_t(0x87F0)),
+                                         _mm512_set1_epi16(0x3800), 0xEA);  // (a & b) | c
+  if (__builtin_expect(_mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x0078)) != 0, 0)) {
+    __m512i f = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(int16_t(0xBF80)));
+    __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(f));
+    __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f, 1));
+    bf = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  }
+  return bf;
+}
+
+template <int T>
+void fp8_row_bf16(const uint8_t* wrow, const float* tile_scale, int64_t cols, const uint8_t* const* acts,
+                  float* dots) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const int64_t tiles = (cols + 127) / 128;
+  for (int64_t c = 0; c < tiles; ++c) {
+    __m512 tacc[T];
+    for (int t = 0; t < T; ++t) tacc[t] = _mm512_setzero_ps();
+    const int64_t c0 = c * 128;
+    const int64_t chunks = c0 + 128 <= cols ? 4 : (cols - c0 + 31) / 32;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t col = c0 + 32 * k;
+      __m256i codes;
+      if (col + 32 <= cols) codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + col));
+      else codes = _mm256_maskz_loadu_epi8(__mmask32((1ull << (cols - col)) - 1), wrow + col);
+      const __m512bh w = reinterpret_cast<__m512bh>(e4m3x32_to_bf16(codes));
+      for (int t = 0; t < T; ++t) {
+        const __m512i xt = _mm512_load_si512(acts[t] + 2 * col);
+        tacc[t] = _mm512_dpbf16_ps(tacc[t], w, reinterpret_cast<__m512bh>(xt));
       }
     }
     const __m512 s = _mm512_set1_ps(tile_scale[c]);
@@ -333,7 +400,7 @@ int64_t row_bytes(const RawWeights& w) {
 // Rows [r0, r1) x tokens [t0, t0 + T) into out.
 template <int T>
 void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
-                 int64_t t0, const RowsOut& out) {
+                 ActsClass cls, int64_t t0, const RowsOut& out) {
   float dots[T] = {};
   const int64_t cols = w.cols;
   const int64_t tiles = (cols + 127) / 128;
@@ -365,7 +432,8 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
               tile_scale[c] = s * 256.0f;
             }
           }
-          fp8_row<T>(wrow, tile_scale, cols, acts, dots);
+          if (cls == ActsClass::bf16_plain) fp8_row_bf16<T>(wrow, tile_scale, cols, acts, dots);
+          else fp8_row<T>(wrow, tile_scale, cols, acts, dots);
         } else {
           float part[T];
           for (int t = 0; t < T; ++t) dots[t] = 0.0f;
@@ -379,8 +447,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
             }
             const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
             const uint8_t* shifted[T];
-            for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * 4;
-            fp8_row<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
+            const int64_t elem = cls == ActsClass::bf16_plain ? 2 : 4;
+            for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * elem;
+            if (cls == ActsClass::bf16_plain) fp8_row_bf16<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
+            else fp8_row<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
             for (int t = 0; t < T; ++t) dots[t] += part[t];
           }
         }
@@ -408,7 +478,7 @@ void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedA
   const uint8_t* acts[T];
   for (int t = 0; t < T; ++t)
     acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
-  rows_tokens<T>(w, r0, r1, acts, t0, out);
+  rows_tokens<T>(w, r0, r1, acts, a.cls, t0, out);
 }
 
 }  // namespace
@@ -419,7 +489,13 @@ void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedA
 
 int64_t acts_stride_avx512(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kGroup);
-  return c == ActsClass::int8_blocks ? padded / kGroup * kGroupBytes : padded * 4;
+  switch (c) {
+    case ActsClass::int8_blocks: return padded / kGroup * kGroupBytes;
+    case ActsClass::bf16_plain: return padded * 2;
+    case ActsClass::f32_even_odd:
+    case ActsClass::f32_plain: break;
+  }
+  return padded * 4;
 }
 
 void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out) {
@@ -430,6 +506,7 @@ void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, u
       case ActsClass::int8_blocks: quantize_int8_token(x + t * cols, cols, o); break;
       case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::bf16_plain: bf16_token(x + t * cols, cols, o); break;
     }
   }
 }

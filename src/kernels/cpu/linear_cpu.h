@@ -30,6 +30,9 @@ namespace cpu {
 // One ISA's entry points (kernels_x86.h).
 struct IsaKernels {
   CpuIsa isa;
+  // The activation layout this ISA (on this CPU) uses for a weight kind;
+  // kinds with equal classes share one prepared copy of x.
+  x86::ActsClass (*acts_class)(x86::WeightKind kind);
   int64_t (*acts_stride)(x86::ActsClass c, int64_t cols);
   void (*prepare_acts)(x86::ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
   void (*linear_rows)(const x86::RawWeights& w, int64_t r0, int64_t r1,
@@ -44,7 +47,6 @@ const IsaKernels& isa_kernels(CpuIsa isa);
 // Checks the view (formats, divisibility, pointers; errors name w.name) and
 // flattens it for the kernels.
 x86::RawWeights raw_weights(const WeightView& w);
-x86::ActsClass acts_class_of(const WeightView& w);
 
 // A 64-byte aligned buffer that only grows: kernels keep one per thread so
 // decode does not allocate per op.

@@ -47,14 +47,14 @@ struct Group {
 
 // A group for expert weights `ew`, checked: w1 and w3 share x, so they must
 // want the same activation layout (e.g. both FP4).
-Group make_group(const ExpertWeights& ew) {
+Group make_group(const cpu::IsaKernels& k, const ExpertWeights& ew) {
   Group g;
   g.w1 = cpu::raw_weights(ew.w1);
   g.w3 = cpu::raw_weights(ew.w3);
   g.w2 = cpu::raw_weights(ew.w2);
-  if (x86::acts_class(g.w1.kind) != x86::acts_class(g.w3.kind))
+  if (k.acts_class(g.w1.kind) != k.acts_class(g.w3.kind))
     fail("MoE expert: ", ew.w1.name, " (", format_name(ew.w1.format), ") and ", ew.w3.name, " (",
-         format_name(ew.w3.format), ") must both be FP4 or both not");
+         format_name(ew.w3.format), ") need the same activation layout");
   return g;
 }
 
@@ -66,9 +66,9 @@ struct MoeScratch {
   std::vector<float> alphas;                 // [n * top_k] routing weight of each
   std::vector<Group> groups;
   cpu::ScratchBuffer gate_acts;
-  cpu::ScratchBuffer x_acts[3];              // the batch's x, per ActsClass
-  bool x_ready[3] = {false, false, false};
-  PreparedActs x_prepared[3];
+  cpu::ScratchBuffer x_acts[x86::kActsClasses];  // the batch's x, per ActsClass
+  bool x_ready[x86::kActsClasses] = {};
+  PreparedActs x_prepared[x86::kActsClasses];
   cpu::ScratchBuffer hu;                     // every group's h and u
   cpu::ScratchBuffer h_acts;                 // every group's prepared h
 };
@@ -101,7 +101,7 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
 
   // 1. Router logits, f32.
   const RawWeights gate = cpu::raw_weights(w.gate);
-  const PreparedActs gate_x = cpu::prepare_acts(k, x86::acts_class(gate.kind), x, n, D, s.gate_acts, pool);
+  const PreparedActs gate_x = cpu::prepare_acts(k, k.acts_class(gate.kind), x, n, D, s.gate_acts, pool);
   s.logits.resize(size_t(n * E));
   run_rows(k, gate, gate_x, RowsOut{s.logits.data(), E, nullptr, false, nullptr}, pool);
 
@@ -122,7 +122,7 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
       const int32_t c = offset[size_t(e)];
       offset[size_t(e)] = int32_t(at);
       if (c == 0) continue;
-      Group g = make_group(w.experts[size_t(e)]);
+      Group g = make_group(k, w.experts[size_t(e)]);
       g.first = at;
       g.count = c;
       s.groups.push_back(g);
@@ -137,7 +137,7 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
       }
   }
   if (w.has_shared) {
-    Group g = make_group(w.shared);
+    Group g = make_group(k, w.shared);
     g.count = n;
     g.shared = true;
     s.groups.push_back(g);
@@ -146,7 +146,7 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
   // x of the batch, once per activation layout the groups need.
   for (bool& r : s.x_ready) r = false;
   for (Group& g : s.groups) {
-    const int c = int(x86::acts_class(g.w1.kind));
+    const int c = int(k.acts_class(g.w1.kind));
     if (!s.x_ready[c]) {
       s.x_prepared[c] = cpu::prepare_acts(k, ActsClass(c), x, n, D, s.x_acts[c], pool);
       s.x_ready[c] = true;
@@ -160,7 +160,7 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
   int64_t total_tokens = 0, h_bytes = 0;
   for (const Group& g : s.groups) {
     total_tokens += g.count;
-    h_bytes += g.count * k.acts_stride(x86::acts_class(g.w2.kind), I);
+    h_bytes += g.count * k.acts_stride(k.acts_class(g.w2.kind), I);
   }
   float* hu = reinterpret_cast<float*>(s.hu.get(size_t(2 * total_tokens * I) * sizeof(float)));
   uint8_t* hp = s.h_acts.get(size_t(h_bytes));
@@ -168,8 +168,8 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
     g.h = hu;
     g.u = hu + g.count * I;
     hu += 2 * g.count * I;
-    const ActsClass c = x86::acts_class(g.w2.kind);
-    g.hp = PreparedActs{hp, k.acts_stride(c, I), g.count, nullptr};
+    const ActsClass c = k.acts_class(g.w2.kind);
+    g.hp = PreparedActs{hp, k.acts_stride(c, I), g.count, nullptr, c};
     g.hp_out = hp;
     hp += g.count * g.hp.stride;
   }
@@ -191,7 +191,7 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
   // h as the down projections want it.
   cpu::parallel_items(pool, n_groups, [&](int64_t i, int) {
     const Group& g = s.groups[size_t(i)];
-    k.prepare_acts(x86::acts_class(g.w2.kind), g.h, g.count, I, g.hp_out);
+    k.prepare_acts(k.acts_class(g.w2.kind), g.h, g.count, I, g.hp_out);
   });
 
   // 5. Phase B: down projections, weighted and summed into y by blocks of
