@@ -17,9 +17,8 @@ Output: tests/fixtures/moe/<case>.safetensors. Tensor names:
   x [n, D] F32, token_ids [n] I32, gate [E, D] BF16|F32, bias [E] F32,
   tid2eid [V, K] I64|I32, experts.<e>.<w1|w2|w3>.{data,scales,global_scale},
   shared.<w1|w2|w3>.{...}, expected.{logits [n,E], indices [n,K] I32,
-  weights [n,K], y [n,D], y_q8 [n,D], y_q8_bf16 [n,D]} F32; y_q8 is the
-  layer with x / h rounded to int8 blocks where the FP4 kernels round them,
-  y_q8_bf16 also rounds them to bf16 before FP8 weights (AVX-512 BF16).
+  weights [n,K], y [n,D], y_q8 [n,D]} F32; y_q8 is the layer with x / h
+  rounded to int8 blocks where the FP4 kernels round them.
 Metadata: hidden, inter, n_experts, top_k, scoring, norm_topk_prob,
 routed_scaling, swiglu_limit, expert_format, shared_format, fp8_scale.
 
@@ -140,33 +139,18 @@ def int8_grid(v):
     return out
 
 
-def bf16_grid(v):
-    """v rounded to bf16 (nearest even), in float64."""
-    return np.asarray(v, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-
-
-def act_round(v, how):
-    """How nibble's kernels round activations before a product: "int8"
-    (FP4 weights), "bf16" (FP8 weights on AVX-512 BF16), or None (exact)."""
-    if how == "int8":
-        return int8_grid(v)
-    if how == "bf16":
-        return bf16_grid(v)
-    return np.asarray(v, dtype=np.float32).astype(np.float64)
-
-
-def expert_f64(w1, w3, w2, x, limit, round_x=None, round_h=None):
-    """One expert in float64, activations first rounded as round_x (before
-    w1, w3) and round_h (before w2) say."""
-    xin = act_round(x, round_x) if round_x else x.astype(np.float64)
+def expert_f64(w1, w3, w2, x, limit, int8_x=False, int8_h=False):
+    """One expert in float64. int8_x / int8_h: first round x / h to the int8
+    grid (what the FP4 kernels do before w1, w3 / before w2)."""
+    xin = int8_grid(x) if int8_x else x.astype(np.float64)
     g = w1 @ xin
     u = w3 @ xin
     if limit > 0:
         g = np.minimum(g, limit)
         u = np.clip(u, -limit, limit)
     h = g / (1.0 + np.exp(-g)) * u
-    if round_h:
-        h = act_round(h, round_h)
+    if int8_h:
+        h = int8_grid(h.astype(np.float32))
     return w2 @ h, g, u
 
 
@@ -276,15 +260,10 @@ def build_case(name, seed, *, n, D, I, E, K, expert_fmt, shared_fmt=None, scorin
     # The layer in float64: HF's order (experts ascending, weight after w2).
     # y_q8 is the same layer with activations rounded where nibble's FP4
     # kernels round them (to int8 blocks, x before an FP4 w1/w3, h before an
-    # FP4 w2); y_q8_bf16 also rounds to bf16 before FP8 weights, as the
-    # AVX-512 BF16 kernels do.
-    def rounding(fmt, bf16):
-        if fmt in ("mxfp4", "nvfp4"):
-            return "int8"
-        return "bf16" if bf16 and fmt == "fp8_block128" else None
+    # FP4 w2).
+    fp4 = ("mxfp4", "nvfp4")
     y = np.zeros((n, D), dtype=np.float64)
     y_q8 = np.zeros((n, D), dtype=np.float64)
-    y_q8_bf16 = np.zeros((n, D), dtype=np.float64)
     clamped_g = clamped_u = 0
     for e in range(E):
         for t in range(n):
@@ -296,16 +275,14 @@ def build_case(name, seed, *, n, D, I, E, K, expert_fmt, shared_fmt=None, scorin
                 clamped_g += int(np.sum(g >= limit)) if limit > 0 else 0
                 clamped_u += int(np.sum(np.abs(u) >= limit)) if limit > 0 else 0
                 y[t] += out * np.float64(wts[t, j])
-                for acc, bf16 in ((y_q8, False), (y_q8_bf16, True)):
-                    r = rounding(expert_fmt, bf16)
-                    acc[t] += expert_f64(*ws, x[t], limit, r, r)[0] * np.float64(wts[t, j])
+                q = expert_fmt in fp4
+                y_q8[t] += expert_f64(*ws, x[t], limit, q, q)[0] * np.float64(wts[t, j])
     if shared is not None:
         for t in range(n):
             ws = (shared["w1"], shared["w3"], shared["w2"])
             y[t] += expert_f64(*ws, x[t], limit)[0]
-            for acc, bf16 in ((y_q8, False), (y_q8_bf16, True)):
-                r = rounding(shared_fmt, bf16)
-                acc[t] += expert_f64(*ws, x[t], limit, r, r)[0]
+            q = shared_fmt in fp4
+            y_q8[t] += expert_f64(*ws, x[t], limit, q, q)[0]
     if need_clamp:
         assert clamped_g > 0 and clamped_u > 0, f"{name}: the clamp never triggers ({clamped_g}, {clamped_u})"
     # Every case has tokens that share an expert.
@@ -317,7 +294,6 @@ def build_case(name, seed, *, n, D, I, E, K, expert_fmt, shared_fmt=None, scorin
     tensors["expected.weights"] = ("F32", (n, K), wts.tobytes())
     tensors["expected.y"] = ("F32", (n, D), y.astype(np.float32).tobytes())
     tensors["expected.y_q8"] = ("F32", (n, D), y_q8.astype(np.float32).tobytes())
-    tensors["expected.y_q8_bf16"] = ("F32", (n, D), y_q8_bf16.astype(np.float32).tobytes())
     OUT.mkdir(parents=True, exist_ok=True)
     write_safetensors(OUT / f"{name}.safetensors", tensors, meta)
     return idx

@@ -5,10 +5,9 @@
 // kernels, batched and token by token.
 //
 // Budgets: moe_ref only rounds in f32: 1e-5 relative L2 of the exact layer.
-// The SIMD kernels round activations before some products: to int8 blocks
-// before FP4 weights (x before w1/w3, h before w2), to bf16 before FP8
-// weights on AVX-512 BF16. The generator computes the layer with that same
-// rounding (expected.y_q8, expected.y_q8_bf16), which the kernels must match
+// The SIMD kernels round activations to int8 blocks before FP4 weights (x
+// before w1/w3, h before w2). The generator computes the layer with that
+// same rounding (expected.y_q8), which the kernels must match
 // to 1e-4: f32 accumulation, plus the odd element of h that sits within f32
 // noise of a rounding boundary and goes the other way (one step of one
 // element). Against the exact layer their error is then the rounding's own
@@ -23,7 +22,6 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
-#include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/moe_routing.h"
 #include "runtime/thread_pool.h"
@@ -90,7 +88,6 @@ struct Fixture {
     weights = floats("expected.weights");
     y = floats("expected.y");
     y_q8 = floats("expected.y_q8");
-    y_q8_bf16 = floats("expected.y_q8_bf16");
     const TensorInfo& idx = at("expected.indices");
     indices.resize(size_t(idx.numel()));
     std::memcpy(indices.data(), idx.data, idx.nbytes);
@@ -127,7 +124,7 @@ struct Fixture {
   std::map<std::string, const TensorInfo*> tensors;
   MoeWeights w;
   int64_t n = 0;
-  std::vector<float> x, bias, logits, weights, y, y_q8, y_q8_bf16;
+  std::vector<float> x, bias, logits, weights, y, y_q8;
   std::vector<int32_t> token_ids, indices;
 };
 
@@ -177,10 +174,8 @@ TEST_P(MoeFixture, FusedKernels) {
     SCOPED_TRACE(cpu_isa_name(isa));
     std::vector<float> y(f.y.size()), y1(f.y.size());
     moe_for_isa(isa)(f.w, f.x.data(), f.token_ids.data(), f.n, y.data(), &pool);
-    const bool fp8_bf16 = cpu::isa_kernels(isa).acts_class(x86::WeightKind::fp8_ue8m0) == x86::ActsClass::bf16_plain;
-    const std::vector<float>& rounded = fp8_bf16 ? f.y_q8_bf16 : f.y_q8;
-    EXPECT_LE(rel_l2(y, rounded), 1e-4);
-    EXPECT_LE(rel_l2(y, f.y), rel_l2(rounded, f.y) + 1e-4);
+    EXPECT_LE(rel_l2(y, f.y_q8), 1e-4);
+    EXPECT_LE(rel_l2(y, f.y), rel_l2(f.y_q8, f.y) + 1e-4);
     // Token by token, single-threaded: the same numbers as the batch (each
     // token's arithmetic does not depend on its neighbours).
     for (int64_t t = 0; t < f.n; ++t)

@@ -1,7 +1,6 @@
 // What the SIMD kernels do to activations before a product, rewritten from
 // the definitions (not from the kernels) so tests can build references that
-// round the same way: int8 blocks of 32 (FP4 weights) and bf16 (FP8 weights
-// on AVX-512 BF16).
+// round the same way: int8 blocks of 32 before FP4 weights.
 #pragma once
 
 #include <algorithm>
@@ -9,7 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "format/element.h"
 #include "kernels/cpu/linear_cpu.h"
 
 namespace nibble::test {
@@ -28,17 +26,11 @@ inline void round_int8_blocks(std::vector<float>& v, int64_t cols) {
     }
 }
 
-// Every element rounded to bf16 (nearest even), by format/element.h's codec.
-inline void round_bf16(std::vector<float>& v) {
-  for (float& f : v) f = bf16_decode(bf16_encode(f));
-}
-
 // Rounds x [.., cols] the way `isa` prepares activations for weights of `w`.
 inline void round_like_kernel(std::vector<float>& x, int64_t cols, CpuIsa isa, const WeightView& w) {
   const cpu::IsaKernels& k = cpu::isa_kernels(isa);
   switch (k.acts_class(cpu::raw_weights(w).kind)) {
     case x86::ActsClass::int8_blocks: round_int8_blocks(x, cols); break;
-    case x86::ActsClass::bf16_plain: round_bf16(x); break;
     case x86::ActsClass::f32_even_odd:
     case x86::ActsClass::f32_plain: break;
   }

@@ -34,11 +34,9 @@ struct RawWeights {
 //                 elements apart to match the packed nibbles (lossy: x is
 //                 rounded to int8, step amax/127 per block)
 //   f32_even_odd  BF16 weights: f32, even/odd halves of each chunk
-//   f32_plain     FP8 (without AVX-512 BF16) and F32 weights: f32
-//   bf16_plain    FP8 with AVX-512 BF16: x rounded to bf16 for vdpbf16ps
-//                 (lossy: 2^-9 relative per element)
-enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, bf16_plain };
-constexpr int kActsClasses = 4;
+//   f32_plain     FP8 and F32 weights: f32
+enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain };
+constexpr int kActsClasses = 3;
 
 // Activations prepared by prepare_acts_*, `stride` bytes per token.
 struct PreparedActs {
@@ -66,7 +64,7 @@ struct RowsOut {
 // Bytes per token prepare_acts_avx512 writes for `cols` input features.
 int64_t acts_stride_avx512(ActsClass c, int64_t cols);
 // x: [n, cols] f32 -> out: [n, stride] (64-byte aligned). For int8_blocks,
-// cols must be a multiple of 16; bf16_plain needs AVX-512 BF16.
+// cols must be a multiple of 16.
 void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
 // Rows [r0, r1) of W against all a.n tokens. Weight tiles are reused across
 // tokens in groups of 8, so prefill reads each weight once per row tile.

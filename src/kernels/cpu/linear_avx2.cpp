@@ -404,7 +404,6 @@ inline __m256 exp_ps(__m256 x) {
 
 // ---- Entry points ----------------------------------------------------------------
 
-// (bf16_plain is never chosen for AVX2: its FP8 kernel widens to f32.)
 int64_t acts_stride_avx2(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kPad);
   return c == ActsClass::int8_blocks ? padded / kGroup * kGroupBytes : padded * 4;
@@ -416,8 +415,7 @@ void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uin
     uint8_t* o = out + t * stride;
     switch (c) {
       case ActsClass::int8_blocks: quantize_int8_token(x + t * cols, cols, o); break;
-      case ActsClass::f32_plain:
-      case ActsClass::bf16_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
     }
   }

@@ -42,12 +42,12 @@ namespace {
 // x is quantized per block of 32 with scale amax / 127 (round to nearest
 // even), as ggml's Q8_0: the one lossy step of the FP4 path.
 //
-// f32_plain (FP8 without AVX-512 BF16, F32 weights): x as f32, zero-padded
-// to a multiple of 128. bf16_plain (FP8): x rounded to bf16, same padding.
+// f32_plain (FP8, F32 weights): x as f32, zero-padded to a multiple of 128.
 // f32_even_odd (BF16 weights): per 32 elements, 16 evens then 16 odds, since
 // a BF16 pair in a dword widens to f32 as (dword << 16, dword & 0xFFFF0000).
 
 constexpr int64_t kGroup = 128;  // elements per int8 group
+constexpr int64_t kTokens = 4;   // tokens per pass over a row tile
 constexpr int64_t kGroupBytes = 256;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -114,19 +114,6 @@ void copy_plain_token(const float* x, int64_t cols, float* out) {
     int64_t left = cols - c;
     __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
     _mm512_storeu_ps(out + c, _mm512_maskz_loadu_ps(m, x + c));
-  }
-}
-
-// x rounded to bf16 (nearest even), zero-padded to a multiple of 128.
-void bf16_token(const float* x, int64_t cols, uint8_t* out) {
-  const int64_t padded = round_up(cols, kGroup);
-  for (int64_t c = 0; c < padded; c += 32) {
-    int64_t left = cols - c;
-    __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
-    left -= 16;
-    __mmask16 m1 = left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
-    __m512 a = _mm512_maskz_loadu_ps(m0, x + c), b = _mm512_maskz_loadu_ps(m1, x + c + 16);
-    _mm512_storeu_si512(out + 2 * c, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
   }
 }
 
@@ -239,6 +226,16 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
 // ============================================================================
 // FP8 block-128: E4M3 -> f16 bits -> f32 (exact), FMA with f32 activations
 // ============================================================================
+//
+// R rows at a time share every activation load: at 4 tokens the f32 x of a
+// 4096-column row is 64 KB, past L1, and one row at a time would stream it
+// from L2 once per row. R rows also give R*T independent FMA chains. The
+// tile scale (one per 128 columns of a 128-row band, the same for the R
+// rows) is multiplied into the widened weights.
+//
+// (Tried and dropped: widening E4M3 to bf16 and vdpbf16ps against bf16 x.
+// vdpbf16ps issues once per cycle with latency 7 here, so it costs what two
+// FMAs cost, and x would be rounded.)
 
 inline float ue8m0_value(uint8_t e) {
   if (e == 0) return bits_to_float(0x00400000u);  // 2^-127, a subnormal
@@ -256,87 +253,37 @@ inline void e4m3x32_to_f32(__m256i codes, __m512* lo, __m512* hi) {
   *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f, 1));
 }
 
-template <int T>
-void fp8_row(const uint8_t* wrow, const float* tile_scale /*[ceil(cols/128)], x 2^8 applied*/,
-             int64_t cols, const uint8_t* const* acts, float* dots) {
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const int64_t tiles = (cols + 127) / 128;
-  for (int64_t c = 0; c < tiles; ++c) {
-    // Two accumulators per token (even / odd 16-column halves): one chain
-    // of dependent FMAs per token would cap the loop at the FMA latency.
-    __m512 tacc[T], tacc2[T];
-    for (int t = 0; t < T; ++t) tacc[t] = tacc2[t] = _mm512_setzero_ps();
-    const int64_t c0 = c * 128;
-    const int64_t chunks = c0 + 128 <= cols ? 4 : (cols - c0 + 31) / 32;
-    for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t col = c0 + 32 * k;
+// dots[r * T + t] = sum over cols of W[r] * scale * x_t, for R rows of
+// stride ldw starting at w0, all in one 128-row band.
+template <int R, int T>
+void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/, int64_t cols,
+              const uint8_t* const* acts, float* dots) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t col = 0; col < cols; col += 32) {
+    const __m512 s = _mm512_set1_ps(tile_scale[col / 128]);
+    __m512 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w0 + r * ldw + col;
       __m256i codes;
-      if (col + 32 <= cols) codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + col));
-      else codes = _mm256_maskz_loadu_epi8(__mmask32((1ull << (cols - col)) - 1), wrow + col);
-      __m512 lo, hi;
-      e4m3x32_to_f32(codes, &lo, &hi);
-      for (int t = 0; t < T; ++t) {
-        const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
-        tacc[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xt), tacc[t]);
-        tacc2[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xt + 16), tacc2[t]);
+      if (col + 32 <= cols) codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      else codes = _mm256_maskz_loadu_epi8(__mmask32((1ull << (cols - col)) - 1), p);
+      e4m3x32_to_f32(codes, &lo[r], &hi[r]);
+      lo[r] = _mm512_mul_ps(lo[r], s);
+      hi[r] = _mm512_mul_ps(hi[r], s);
+    }
+    for (int t = 0; t < T; ++t) {
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
+      const __m512 xl = _mm512_load_ps(xt), xh = _mm512_load_ps(xt + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(lo[r], xl, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(hi[r], xh, acc[r][t]);
       }
     }
-    const __m512 s = _mm512_set1_ps(tile_scale[c]);
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(_mm512_add_ps(tacc[t], tacc2[t]), s, acc[t]);
   }
-  for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(acc[t]);
-}
-
-// With AVX-512 BF16, FP8 weights widen to bf16 instead (exactly: E4M3 has
-// 3 mantissa bits, bf16 7, and bf16's exponent range covers E4M3's), and
-// one vdpbf16ps multiplies 32 of them by 32 bf16 activations. For a code
-// with exponent field e >= 1 the bf16 is sign | (e + 112) << 7 | m << 4,
-// i.e. (code << 4 within a sign-extended word) & 0x87F0 | 0x3800: one shift
-// and one ternary-logic op. That is value * 2^-8 (bias 112, not 120), the
-// same scale as the f16 route, so the 2^8 folds into the tile scale. Codes
-// with e = 0 (zero and subnormals) would come out wrong; a chunk holding
-// any takes the exact f16 route (cvtph2ps) and converts back to bf16.
-// Real checkpoints have few such codes (|w| below 2^-6 of a tile's scale).
-inline __m512i e4m3x32_to_bf16(__m256i codes) {
-  const __m512i v = _mm512_cvtepi8_epi16(codes);
-  __m512i bf = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 4), _mm512_set1_epi16(int16_t(0x87F0)),
-                                         _mm512_set1_epi16(0x3800), 0xEA);  // (a & b) | c
-  if (__builtin_expect(_mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x0078)) != 0, 0)) {
-    __m512i f = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(int16_t(0xBF80)));
-    __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(f));
-    __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f, 1));
-    bf = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-  }
-  return bf;
-}
-
-template <int T>
-void fp8_row_bf16(const uint8_t* wrow, const float* tile_scale, int64_t cols, const uint8_t* const* acts,
-                  float* dots) {
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  const int64_t tiles = (cols + 127) / 128;
-  for (int64_t c = 0; c < tiles; ++c) {
-    __m512 tacc[T];
-    for (int t = 0; t < T; ++t) tacc[t] = _mm512_setzero_ps();
-    const int64_t c0 = c * 128;
-    const int64_t chunks = c0 + 128 <= cols ? 4 : (cols - c0 + 31) / 32;
-    for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t col = c0 + 32 * k;
-      __m256i codes;
-      if (col + 32 <= cols) codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + col));
-      else codes = _mm256_maskz_loadu_epi8(__mmask32((1ull << (cols - col)) - 1), wrow + col);
-      const __m512bh w = reinterpret_cast<__m512bh>(e4m3x32_to_bf16(codes));
-      for (int t = 0; t < T; ++t) {
-        const __m512i xt = _mm512_load_si512(acts[t] + 2 * col);
-        tacc[t] = _mm512_dpbf16_ps(tacc[t], w, reinterpret_cast<__m512bh>(xt));
-      }
-    }
-    const __m512 s = _mm512_set1_ps(tile_scale[c]);
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(tacc[t], s, acc[t]);
-  }
-  for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(acc[t]);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 // ============================================================================
@@ -397,15 +344,63 @@ int64_t row_bytes(const RawWeights& w) {
   return w.cols;
 }
 
+// out[t][r] for T tokens from their dot products (times `scale`).
+template <int T>
+inline void store_row(const RowsOut& out, int64_t r, int64_t t0, const float* dots, float scale) {
+  for (int t = 0; t < T; ++t) {
+    const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
+    float* y = out.y + yi * out.ldy + r;
+    const float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
+    *y = out.accumulate ? *y + v : v;
+  }
+}
+
+// FP8 rows [r0, r1) x tokens [t0, t0 + T): 4 rows at a time within a
+// 128-row band, 64 tiles (8192 columns) of scales at a time.
+template <int T>
+void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+               const RowsOut& out) {
+  const int64_t cols = w.cols, tiles = (cols + 127) / 128;
+  float tile_scale[64];  // one band's scales for 64 tiles, 2^8 folded in
+  int64_t have_band = -1, have_c0 = -1;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t band = r / 128;
+    const bool four = r1 - r >= 4 && (band + 1) * 128 - r >= 4;
+    float dots[4 * T] = {};
+    for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
+      const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
+      if (band != have_band || c0 != have_c0) {
+        for (int64_t c = 0; c < nt; ++c) {
+          const int64_t si = band * tiles + c0 + c;
+          const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
+          tile_scale[c] = sv * 256.0f;
+        }
+        have_band = band;
+        have_c0 = c0;
+      }
+      const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
+      const uint8_t* shifted[T];
+      for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * 4;
+      float part[4 * T];
+      if (four) fp8_rows<4, T>(w.data + r * cols + c0 * 128, cols, tile_scale, span, shifted, part);
+      else fp8_rows<1, T>(w.data + r * cols + c0 * 128, cols, tile_scale, span, shifted, part);
+      for (int i = 0; i < (four ? 4 : 1) * T; ++i) dots[i] += part[i];
+    }
+    for (int i = 0; i < (four ? 4 : 1); ++i) store_row<T>(out, r + i, t0, dots + i * T, 1.0f);
+    r += four ? 4 : 1;
+  }
+}
+
 // Rows [r0, r1) x tokens [t0, t0 + T) into out.
 template <int T>
-void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
-                 ActsClass cls, int64_t t0, const RowsOut& out) {
+void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                 const RowsOut& out) {
+  if (w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32) {
+    fp8_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
   float dots[T] = {};
   const int64_t cols = w.cols;
-  const int64_t tiles = (cols + 127) / 128;
-  float tile_scale[64];  // FP8 scales of the current 128-row band, 2^8 folded in
-  int64_t band = -1;
   for (int64_t r = r0; r < r1; ++r) {
     float scale = 1.0f;
     switch (w.kind) {
@@ -417,58 +412,16 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
         fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
         scale = 0.5f * 256.0f * w.global_scale;
         break;
-      case WeightKind::fp8_ue8m0:
-      case WeightKind::fp8_f32: {
-        // Rows of one 128-row band share their scales; convert them once.
-        // (Bands wider than 64 tiles, i.e. cols > 8192, go 64 tiles at a time.)
-        const uint8_t* wrow = w.data + r * cols;
-        if (tiles <= 64) {
-          if (r / 128 != band) {
-            band = r / 128;
-            for (int64_t c = 0; c < tiles; ++c) {
-              float s = w.kind == WeightKind::fp8_ue8m0
-                            ? ue8m0_value(w.scales[band * tiles + c])
-                            : load_f32(w.scales + 4 * (band * tiles + c));
-              tile_scale[c] = s * 256.0f;
-            }
-          }
-          if (cls == ActsClass::bf16_plain) fp8_row_bf16<T>(wrow, tile_scale, cols, acts, dots);
-          else fp8_row<T>(wrow, tile_scale, cols, acts, dots);
-        } else {
-          float part[T];
-          for (int t = 0; t < T; ++t) dots[t] = 0.0f;
-          for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
-            const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
-            for (int64_t c = 0; c < nt; ++c) {
-              const int64_t s_idx = (r / 128) * tiles + c0 + c;
-              float s = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[s_idx])
-                                                        : load_f32(w.scales + 4 * s_idx);
-              tile_scale[c] = s * 256.0f;
-            }
-            const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
-            const uint8_t* shifted[T];
-            const int64_t elem = cls == ActsClass::bf16_plain ? 2 : 4;
-            for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * elem;
-            if (cls == ActsClass::bf16_plain) fp8_row_bf16<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
-            else fp8_row<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
-            for (int t = 0; t < T; ++t) dots[t] += part[t];
-          }
-        }
-        break;
-      }
       case WeightKind::bf16:
         bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
         break;
       case WeightKind::f32:
         f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
+      case WeightKind::fp8_ue8m0:
+      case WeightKind::fp8_f32: break;  // fp8_range
     }
-    for (int t = 0; t < T; ++t) {
-      const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
-      float* y = out.y + yi * out.ldy + r;
-      float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
-      *y = out.accumulate ? *y + v : v;
-    }
+    store_row<T>(out, r, t0, dots, scale);
   }
 }
 
@@ -478,7 +431,7 @@ void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedA
   const uint8_t* acts[T];
   for (int t = 0; t < T; ++t)
     acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
-  rows_tokens<T>(w, r0, r1, acts, a.cls, t0, out);
+  rows_tokens<T>(w, r0, r1, acts, t0, out);
 }
 
 }  // namespace
@@ -491,7 +444,6 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kGroup);
   switch (c) {
     case ActsClass::int8_blocks: return padded / kGroup * kGroupBytes;
-    case ActsClass::bf16_plain: return padded * 2;
     case ActsClass::f32_even_odd:
     case ActsClass::f32_plain: break;
   }
@@ -506,31 +458,28 @@ void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, u
       case ActsClass::int8_blocks: quantize_int8_token(x + t * cols, cols, o); break;
       case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
-      case ActsClass::bf16_plain: bf16_token(x + t * cols, cols, o); break;
     }
   }
 }
 
 void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
                         const RowsOut& out) {
-  // Row tiles of ~256 KB stay in L2 while every group of 8 tokens passes
-  // over them: weights come from DRAM once per call, whatever the batch.
+  // Tokens go in groups of kTokens (their activations stay in L1, their
+  // accumulators in registers). With more tokens than one group, row tiles
+  // of ~256 KB stay in L2 while every group passes over them: the weights
+  // come from DRAM once per call, whatever the batch.
   const int64_t rb = row_bytes(w) > 0 ? row_bytes(w) : 1;
   int64_t tile = (256 * 1024) / rb;
-  if (tile < 1) tile = 1;
-  if (a.n <= 8) tile = r1 - r0;
+  if (tile < 4) tile = 4;
+  if (a.n <= kTokens) tile = r1 - r0;
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
-    for (int64_t t0 = 0; t0 < a.n; t0 += 8) {
-      switch (a.n - t0 >= 8 ? 8 : a.n - t0) {
+    for (int64_t t0 = 0; t0 < a.n; t0 += kTokens) {
+      switch (a.n - t0 >= kTokens ? kTokens : a.n - t0) {
         case 1: rows_tokens_at<1>(w, rt, re, a, t0, out); break;
         case 2: rows_tokens_at<2>(w, rt, re, a, t0, out); break;
         case 3: rows_tokens_at<3>(w, rt, re, a, t0, out); break;
-        case 4: rows_tokens_at<4>(w, rt, re, a, t0, out); break;
-        case 5: rows_tokens_at<5>(w, rt, re, a, t0, out); break;
-        case 6: rows_tokens_at<6>(w, rt, re, a, t0, out); break;
-        case 7: rows_tokens_at<7>(w, rt, re, a, t0, out); break;
-        default: rows_tokens_at<8>(w, rt, re, a, t0, out); break;
+        default: rows_tokens_at<4>(w, rt, re, a, t0, out); break;
       }
     }
   }

@@ -30,14 +30,7 @@ ActsClass acts_class_avx2(WeightKind kind) {
   return ActsClass::f32_plain;
 }
 
-// FP8 weights widen exactly to bf16, so with AVX-512 BF16 one vdpbf16ps per
-// token and 32 weights replaces two FMAs (and x takes half the cache); the
-// price is x rounded to bf16.
-ActsClass acts_class_avx512(WeightKind kind) {
-  const bool fp8 = kind == WeightKind::fp8_ue8m0 || kind == WeightKind::fp8_f32;
-  if (fp8 && host_cpu_features().avx512bf16) return ActsClass::bf16_plain;
-  return acts_class_avx2(kind);
-}
+ActsClass acts_class_avx512(WeightKind kind) { return acts_class_avx2(kind); }
 
 const IsaKernels kAvx2 = {CpuIsa::avx2, acts_class_avx2, x86::acts_stride_avx2, x86::prepare_acts_avx2,
                           x86::linear_rows_avx2, x86::swiglu_avx2};
