@@ -47,12 +47,10 @@ double e5m2_magnitude(int code) {  // code 0..0x7F, finite part only
 }
 
 struct Tables {
-  std::array<double, 8> e2m1;
   std::array<double, 0x7F> e4m3;  // codes 0..0x7E (0x7F is NaN)
   std::array<double, 0x7C> e5m2;  // codes 0..0x7B (0x7C is inf)
   std::array<double, 255> ue8m0;  // codes 0..254
   Tables() {
-    for (int i = 0; i < 8; ++i) e2m1[i] = kE2M1Values[i];
     for (int i = 0; i < 0x7F; ++i) e4m3[i] = e4m3_magnitude(i);
     for (int i = 0; i < 0x7C; ++i) e5m2[i] = e5m2_magnitude(i);
     for (int i = 0; i < 255; ++i) ue8m0[i] = std::ldexp(1.0, i - 127);
@@ -68,8 +66,16 @@ const Tables& tables() {
 
 uint8_t e2m1_encode(float x) {
   check_not_nan(x, "E2M1");
-  uint8_t sign = std::signbit(x) ? 0x8 : 0;
-  return sign | encode_nearest(std::fabs(double(x)), tables().e2m1.data(), 8);
+  // The block quantizers call this once per weight, so E2M1 skips the table
+  // search: the code of |x| is the number of rounding boundaries at or below
+  // it. Boundaries are the midpoints 0.25 0.75 1.25 1.75 2.5 3.5 5; at a
+  // midpoint the comparison is > when the lower neighbour has the even code
+  // (0, 2, 4, 6 -> stay) and >= when the upper one has it (move up), which
+  // is ties-to-even. Everything above 5 lands on code 7 (6.0): saturation.
+  float a = std::fabs(x);
+  uint8_t code = uint8_t((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                         (a >= 3.5f) + (a > 5.0f));
+  return uint8_t((std::signbit(x) ? 0x8 : 0) | code);
 }
 
 float e4m3_decode(uint8_t code) {
@@ -109,13 +115,27 @@ uint8_t ue8m0_encode(float x) {
   if (!(x > 0)) fail("cannot encode ", x, " as UE8M0: the type has no zero and no sign");
   // Below 2^-127 everything rounds up to the smallest code (saturation).
   if (double(x) <= tables().ue8m0[0]) return 0;
-  return encode_nearest(double(x), tables().ue8m0.data(), 255);
+  // A type without mantissa bits has no "even" neighbour, so ties-to-even
+  // does not say where 1.5 * 2^k goes. ml_dtypes and torch (float8_e8m0fnu)
+  // both send it up to 2^(k+1); we do the same so checkpoints written by
+  // either agree with ours. Nearest in linear distance otherwise.
+  const auto& t = tables().ue8m0;
+  if (double(x) >= t[254]) return 254;  // saturate (2^127 is the largest code)
+  int lo = 0, hi = 254;                 // t[lo] <= x < t[hi]
+  while (hi - lo > 1) {
+    int mid = (lo + hi) / 2;
+    if (t[mid] <= double(x)) lo = mid; else hi = mid;
+  }
+  return uint8_t(double(x) - t[lo] < t[hi] - double(x) ? lo : hi);
 }
 
 uint16_t bf16_encode(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
-  if (std::isnan(x)) return uint16_t((u >> 16) | 0x40);  // keep it a quiet NaN
+  // NaN becomes the canonical quiet NaN with the input's sign, the payload
+  // dropped (what ml_dtypes does; truncating could turn a NaN whose payload
+  // lives in the low bits into infinity).
+  if (std::isnan(x)) return uint16_t(((u >> 16) & 0x8000) | 0x7FC0);
   u += 0x7FFF + ((u >> 16) & 1);
   return uint16_t(u >> 16);
 }

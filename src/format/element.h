@@ -26,13 +26,15 @@ uint8_t e5m2_encode(float x);  // saturates: +-inf input gives +-57344
 
 // UE8M0: 2^(e-127) for e in 0..254; 0xFF is NaN; no zero, no sign.
 float ue8m0_decode(uint8_t code);
-// Nearest power of two (ties to even exponent), saturating to [2^-127, 2^127].
-// Zero and negative inputs are errors: the type has neither.
+// Nearest power of two, saturating to [2^-127, 2^127]. A tie (1.5 * 2^k)
+// goes up to 2^(k+1), as in ml_dtypes and torch: with no mantissa bits there
+// is no even neighbour. Zero and negative inputs are errors: the type has
+// neither.
 uint8_t ue8m0_encode(float x);
 
 // BF16: the upper half of an IEEE f32. Encoding rounds to nearest even like
 // every framework does; it does not saturate (BF16 has f32's range and an
-// infinity), and NaN stays NaN.
+// infinity), and NaN becomes the quiet NaN 0x7FC0 carrying the input's sign.
 inline float bf16_decode(uint16_t h) {
   uint32_t u = uint32_t(h) << 16;
   float f;
