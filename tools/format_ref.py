@@ -163,10 +163,11 @@ def nvfp4_quantize(x, s_g):
 
 
 def nvfp4_dequantize(packed, scales, s_g):
+    """ModelOpt's order: per_block_scale = s_b * s_g (f32), then code * that."""
     codes = unpack_fp4(packed)
     rows, cols = codes.shape
     vals = e2m1_decode(codes).reshape(rows, cols // 16, 16)
-    return ((vals * e4m3_decode(scales)[..., None]) * F32(s_g)).reshape(rows, cols)
+    return (vals * (e4m3_decode(scales) * F32(s_g))[..., None]).reshape(rows, cols)
 
 
 # ---- FP8 block-128 ------------------------------------------------------------

@@ -38,6 +38,8 @@ float nvfp4_global_scale(float amax);
 // and large enough that E4M3(s_b) * s_g is not 0 for a non-zero block.
 void nvfp4_quantize_row(const float* x, int64_t n, float global_scale, uint8_t* packed,
                         uint8_t* scales);
+// y = code * (E4M3(s_b) * s_g), the f32 product first, as ModelOpt's
+// dequantize does.
 void nvfp4_dequantize_row(const uint8_t* packed, const uint8_t* scales, int64_t n,
                           float global_scale, float* y);
 

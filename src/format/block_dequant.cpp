@@ -43,12 +43,13 @@ void nvfp4_dequantize_row(const uint8_t* packed, const uint8_t* scales, int64_t 
   for (int64_t b = 0; b < n / kNvfp4Block; ++b) {
     if ((scales[b] & 0x7F) == 0x7F)
       fail("NVFP4 block ", b, " has the NaN scale code 0x", std::hex, int(scales[b]));
-    const float s_b = e4m3_decode(scales[b]);
-    for (int64_t i = b * kNvfp4Block; i < (b + 1) * kNvfp4Block; ++i) {
-      // ModelOpt's order: (code * s_b) * s_g, in f32. Not code * (s_b * s_g):
-      // that rounds differently when s_g has many mantissa bits.
-      y[i] = (e2m1_decode(fp4_code(packed, i)) * s_b) * global_scale;
-    }
+    // ModelOpt's NVFP4QTensor.dequantize order: the f32 product s_b * s_g
+    // first, then code * that. ((code * s_b) * s_g rounds differently when
+    // s_g has many mantissa bits.) It is also the divisor the quantizer
+    // rounded against, so quantize -> dequantize is consistent.
+    const float scale = e4m3_decode(scales[b]) * global_scale;
+    for (int64_t i = b * kNvfp4Block; i < (b + 1) * kNvfp4Block; ++i)
+      y[i] = e2m1_decode(fp4_code(packed, i)) * scale;
   }
 }
 

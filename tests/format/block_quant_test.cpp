@@ -212,7 +212,7 @@ TEST(BlockProperties, Nvfp4RoundTripWithinHalfStep) {
     double scale = double(float(sb) * s_g);
     double a = std::fabs(double(x[i])) / scale;
     double half = a <= 2 ? 0.25 : a <= 4 ? 0.5 : 1.0;
-    if (a > 6) EXPECT_EQ(std::fabs(double(y[i])), double(float(6 * sb) * s_g)) << i;
+    if (a > 6) EXPECT_EQ(std::fabs(y[i]), 6 * float(float(sb) * s_g)) << i;
     else EXPECT_LE(std::fabs(double(y[i]) - double(x[i])), half * scale + std::fabs(x[i]) * 1e-6)
         << i;
   }
