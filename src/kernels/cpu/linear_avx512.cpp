@@ -48,6 +48,10 @@ namespace {
 
 constexpr int64_t kGroup = 128;  // elements per int8 group
 constexpr int64_t kTokens = 4;   // tokens per pass over a row tile
+#ifndef NIBBLE_PREFETCH
+#define NIBBLE_PREFETCH 1024
+#endif
+constexpr int64_t kPrefetch = NIBBLE_PREFETCH;  // bytes ahead of the weight stream
 constexpr int64_t kGroupBytes = 256;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -200,6 +204,10 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const int64_t full = cols / kGroup;
   for (int64_t g = 0; g < full; ++g) {
+    // Software prefetch kPrefetch bytes ahead (rows are contiguous, so this
+    // runs on into the next row): the hardware prefetcher alone leaves too
+    // few lines in flight while the core is busy decoding.
+    if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(wrow + 64 * g + kPrefetch), _MM_HINT_T0);
     __m512i v = _mm512_loadu_si512(wrow + 64 * g);
     __m512 ws;
     if constexpr (kNv) ws = nv_scales(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(srow + 8 * g)));
@@ -266,6 +274,7 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
     __m512 lo[R], hi[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w0 + r * ldw + col;
+      if (kPrefetch && (col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch), _MM_HINT_T0);
       __m256i codes;
       if (col + 32 <= cols) codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
       else codes = _mm256_maskz_loadu_epi8(__mmask32((1ull << (cols - col)) - 1), p);
@@ -296,6 +305,7 @@ void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, flo
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i hi_mask = _mm512_set1_epi32(int32_t(0xFFFF0000u));
   for (int64_t c = 0; c < cols; c += 32) {
+    if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * c + kPrefetch), _MM_HINT_T0);
     __m512i v;
     if (c + 32 <= cols) v = _mm512_loadu_si512(wrow + 2 * c);
     else v = _mm512_maskz_loadu_epi16(__mmask32((1ull << (cols - c)) - 1), wrow + 2 * c);
@@ -316,6 +326,7 @@ void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, floa
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const float* w = reinterpret_cast<const float*>(wrow);
   for (int64_t c = 0; c < cols; c += 16) {
+    if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(w + c) + kPrefetch, _MM_HINT_T0);
     __m512 v;
     if (c + 16 <= cols) v = _mm512_loadu_ps(w + c);
     else v = _mm512_maskz_loadu_ps(__mmask16((1u << (cols - c)) - 1), w + c);
