@@ -53,6 +53,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--iters", "N", "timed calls per measurement (default 20; ref 3)"},
     {"--resident", "", "linear: one copy of the weights (cache-resident when small), one thread, timed by\n"
                        "the thread's CPU clock: the kernel's compute ceiling per core, immune to other load"},
+    {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
     {"--json", "", "one JSON object per measurement, one per line"},
 };
 
@@ -87,7 +88,12 @@ double thread_cpu_ms() {
   return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
-double bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads, dram_working_set(), 3); }
+// --bandwidth GBPS if given (> 0), else measured now with `threads`.
+double given_bandwidth = 0;
+double bandwidth_gbps(int threads) {
+  if (given_bandwidth > 0) return given_bandwidth;
+  return measure_read_bandwidth_gbps(threads, dram_working_set(), 3);
+}
 
 struct Result {
   std::string op, format, isa, detail;
@@ -289,6 +295,13 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
   w.scoring = ScoringFunc::sqrtsoftplus;
   w.routed_scaling = 1.5f;
   w.swiglu_limit = 10.0f;
+  // Refuse up front rather than be killed mid-allocation (BF16 is 13 GB).
+  const double layer_bytes = double(E + 1) * 3.0 * double(random_weights(format, 16, I, 1, fp8).view.bytes()) * (D / 16.0);
+  const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (avail > 0 && layer_bytes + double(dram_working_set()) > 0.8 * avail)
+    fail("flag --format: a ", format_name(format), " dsv4-flash layer needs ", layer_bytes / 1e9,
+         " GB (plus the bandwidth probe's ", double(dram_working_set()) / 1e9, " GB); ", avail / 1e9,
+         " GB of memory are free");
   l.mats.resize(size_t(3 * (E + 1)));
   pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -414,6 +427,7 @@ int run_bench(const std::vector<std::string>& argv) {
   if (args.positional.size() != 1) fail("expected one of bandwidth, linear, moe (usage: ", usage, ")");
   const int threads = int(args.integer("--threads", 0, 0, 4096));
   const bool json = args.has("--json");
+  given_bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
   const std::string what = args.positional[0];
   if (what == "bandwidth") return bench_bandwidth(args, threads <= 0 ? ThreadPool::hardware_threads() : threads, json);
   const CpuIsa isa = parse_cpu_isa(args.str("--isa", "auto"));

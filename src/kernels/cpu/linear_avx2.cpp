@@ -27,6 +27,7 @@ namespace {
 constexpr int64_t kPad = 128;  // every layout pads cols to this
 constexpr int64_t kGroup = 64;
 constexpr int64_t kGroupBytes = 128;
+constexpr int64_t kPrefetch = 1024;  // bytes ahead of the weight stream (see linear_avx512.cpp)
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -175,6 +176,7 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const int64_t full = cols / kGroup;
   for (int64_t g = 0; g < full; ++g) {
+    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + 32 * g + kPrefetch), _MM_HINT_T0);
     __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g));
     __m256 ws;
     if constexpr (kNv) {
@@ -228,6 +230,7 @@ void fp8_row(const uint8_t* wrow, const float* tile_scale, int64_t cols, const u
     const int64_t c0 = c * 128;
     const int64_t end = c0 + 128 < cols ? c0 + 128 : cols;
     for (int64_t col = c0; col < end; col += 16) {
+      if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + col + kPrefetch), _MM_HINT_T0);
       __m128i codes;
       if (col + 16 <= cols) {
         codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wrow + col));
@@ -258,6 +261,7 @@ void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, flo
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   for (int64_t c = 0; c < cols; c += 16) {
+    if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * c + kPrefetch), _MM_HINT_T0);
     __m256i v;
     if (c + 16 <= cols) {
       v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 2 * c));
@@ -283,6 +287,7 @@ void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, floa
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const float* w = reinterpret_cast<const float*>(wrow);
   for (int64_t c = 0; c < cols; c += 8) {
+    if ((c & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + c) + kPrefetch, _MM_HINT_T0);
     __m256 v;
     if (c + 8 <= cols) {
       v = _mm256_loadu_ps(w + c);
