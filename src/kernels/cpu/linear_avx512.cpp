@@ -262,13 +262,17 @@ inline void e4m3x32_to_f32(__m256i codes, __m512* lo, __m512* hi) {
 }
 
 // dots[r * T + t] = sum over cols of W[r] * scale * x_t, for R rows of
-// stride ldw starting at w0, all in one 128-row band.
+// stride ldw starting at w0, all in one 128-row band. With few accumulators
+// (R * T <= 8) each 128-column tile sums into its own registers and the
+// scale is applied once per tile; otherwise there are no registers for
+// that, and the scale multiplies the widened weights (2 more ops per 32).
 template <int R, int T>
 void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/, int64_t cols,
               const uint8_t* const* acts, float* dots) {
-  __m512 acc[R][T];
+  constexpr bool kTileAcc = R * T <= 8;
+  __m512 acc[R][T], tacc[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[r][t] = tacc[r][t] = _mm512_setzero_ps();
   for (int64_t col = 0; col < cols; col += 32) {
     const __m512 s = _mm512_set1_ps(tile_scale[col / 128]);
     __m512 lo[R], hi[R];
@@ -279,15 +283,27 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
       if (col + 32 <= cols) codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
       else codes = _mm256_maskz_loadu_epi8(__mmask32((1ull << (cols - col)) - 1), p);
       e4m3x32_to_f32(codes, &lo[r], &hi[r]);
-      lo[r] = _mm512_mul_ps(lo[r], s);
-      hi[r] = _mm512_mul_ps(hi[r], s);
+      if constexpr (!kTileAcc) {
+        lo[r] = _mm512_mul_ps(lo[r], s);
+        hi[r] = _mm512_mul_ps(hi[r], s);
+      }
     }
     for (int t = 0; t < T; ++t) {
       const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
       const __m512 xl = _mm512_load_ps(xt), xh = _mm512_load_ps(xt + 16);
       for (int r = 0; r < R; ++r) {
-        acc[r][t] = _mm512_fmadd_ps(lo[r], xl, acc[r][t]);
-        acc[r][t] = _mm512_fmadd_ps(hi[r], xh, acc[r][t]);
+        __m512& a = kTileAcc ? tacc[r][t] : acc[r][t];
+        a = _mm512_fmadd_ps(lo[r], xl, a);
+        a = _mm512_fmadd_ps(hi[r], xh, a);
+      }
+    }
+    if constexpr (kTileAcc) {
+      if ((col & 127) == 96 || col + 32 >= cols) {  // the tile's last chunk
+        for (int r = 0; r < R; ++r)
+          for (int t = 0; t < T; ++t) {
+            acc[r][t] = _mm512_fmadd_ps(tacc[r][t], s, acc[r][t]);
+            tacc[r][t] = _mm512_setzero_ps();
+          }
       }
     }
   }
