@@ -28,6 +28,7 @@ constexpr int64_t kPad = 128;  // every layout pads cols to this
 constexpr int64_t kGroup = 64;
 constexpr int64_t kGroupBytes = 128;
 constexpr int64_t kPrefetch = 1024;  // bytes ahead of the weight stream (see linear_avx512.cpp)
+constexpr int64_t kTokens = 4;       // tokens per pass over a row tile
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -218,39 +219,59 @@ inline void e4m3x16_to_f32(__m128i codes, __m256* lo, __m256* hi) {
   *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(f, 1));
 }
 
-template <int T>
-void fp8_row(const uint8_t* wrow, const float* tile_scale, int64_t cols, const uint8_t* const* acts,
-             float* dots) {
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const int64_t tiles = (cols + 127) / 128;
-  for (int64_t c = 0; c < tiles; ++c) {
-    __m256 tacc[T];
-    for (int t = 0; t < T; ++t) tacc[t] = _mm256_setzero_ps();
-    const int64_t c0 = c * 128;
-    const int64_t end = c0 + 128 < cols ? c0 + 128 : cols;
-    for (int64_t col = c0; col < end; col += 16) {
-      if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + col + kPrefetch), _MM_HINT_T0);
+// dots[r * T + t] for R rows of stride ldw in one 128-row band: the R rows
+// share every activation load (see linear_avx512.cpp). With R * T <= 2 each
+// 128-column tile sums into its own registers and is scaled once; beyond,
+// AVX2's 16 registers do not allow that and the scale multiplies the
+// widened weights.
+template <int R, int T>
+void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t cols,
+              const uint8_t* const* acts, float* dots) {
+  constexpr bool kTileAcc = R * T <= 2;
+  __m256 acc[R][T], tacc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = tacc[r][t] = _mm256_setzero_ps();
+  for (int64_t col = 0; col < cols; col += 16) {
+    const __m256 s = _mm256_set1_ps(tile_scale[col / 128]);
+    __m256 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w0 + r * ldw + col;
+      if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch), _MM_HINT_T0);
       __m128i codes;
       if (col + 16 <= cols) {
-        codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wrow + col));
+        codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
       } else {
         alignas(16) uint8_t buf[64];
-        copy_tail(wrow + col, cols - col, buf);
+        copy_tail(p, cols - col, buf);
         codes = _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
       }
-      __m256 lo, hi;
-      e4m3x16_to_f32(codes, &lo, &hi);
-      for (int t = 0; t < T; ++t) {
-        const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
-        tacc[t] = _mm256_fmadd_ps(lo, _mm256_load_ps(xt), tacc[t]);
-        tacc[t] = _mm256_fmadd_ps(hi, _mm256_load_ps(xt + 8), tacc[t]);
+      e4m3x16_to_f32(codes, &lo[r], &hi[r]);
+      if constexpr (!kTileAcc) {
+        lo[r] = _mm256_mul_ps(lo[r], s);
+        hi[r] = _mm256_mul_ps(hi[r], s);
       }
     }
-    const __m256 s = _mm256_set1_ps(tile_scale[c]);
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(tacc[t], s, acc[t]);
+    for (int t = 0; t < T; ++t) {
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
+      const __m256 xl = _mm256_load_ps(xt), xh = _mm256_load_ps(xt + 8);
+      for (int r = 0; r < R; ++r) {
+        __m256& a = kTileAcc ? tacc[r][t] : acc[r][t];
+        a = _mm256_fmadd_ps(lo[r], xl, a);
+        a = _mm256_fmadd_ps(hi[r], xh, a);
+      }
+    }
+    if constexpr (kTileAcc) {
+      if ((col & 127) == 112 || col + 16 >= cols) {  // the tile's last chunk
+        for (int r = 0; r < R; ++r)
+          for (int t = 0; t < T; ++t) {
+            acc[r][t] = _mm256_fmadd_ps(tacc[r][t], s, acc[r][t]);
+            tacc[r][t] = _mm256_setzero_ps();
+          }
+      }
+    }
   }
-  for (int t = 0; t < T; ++t) dots[t] = hsum(acc[t]);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) dots[r * T + t] = hsum(acc[r][t]);
 }
 
 // ---- BF16 and F32 ----------------------------------------------------------------
@@ -319,13 +340,60 @@ int64_t row_bytes(const RawWeights& w) {
 }
 
 template <int T>
+inline void store_row(const RowsOut& out, int64_t r, int64_t t0, const float* dots, float scale) {
+  for (int t = 0; t < T; ++t) {
+    const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
+    float* y = out.y + yi * out.ldy + r;
+    const float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
+    *y = out.accumulate ? *y + v : v;
+  }
+}
+
+// FP8 rows [r0, r1) x tokens [t0, t0 + T): 2 rows at a time within a
+// 128-row band, 64 tiles (8192 columns) of scales at a time.
+template <int T>
+void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+               const RowsOut& out) {
+  const int64_t cols = w.cols, tiles = (cols + 127) / 128;
+  float tile_scale[64];
+  int64_t have_band = -1, have_c0 = -1;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t band = r / 128;
+    const bool two = r1 - r >= 2 && (band + 1) * 128 - r >= 2;
+    float dots[2 * T] = {};
+    for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
+      const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
+      if (band != have_band || c0 != have_c0) {
+        for (int64_t c = 0; c < nt; ++c) {
+          const int64_t si = band * tiles + c0 + c;
+          const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
+          tile_scale[c] = sv * 256.0f;
+        }
+        have_band = band;
+        have_c0 = c0;
+      }
+      const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
+      const uint8_t* shifted[T];
+      for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * 4;
+      float part[2 * T];
+      if (two) fp8_rows<2, T>(w.data + r * cols + c0 * 128, cols, tile_scale, span, shifted, part);
+      else fp8_rows<1, T>(w.data + r * cols + c0 * 128, cols, tile_scale, span, shifted, part);
+      for (int i = 0; i < (two ? 2 : 1) * T; ++i) dots[i] += part[i];
+    }
+    for (int i = 0; i < (two ? 2 : 1); ++i) store_row<T>(out, r + i, t0, dots + i * T, 1.0f);
+    r += two ? 2 : 1;
+  }
+}
+
+template <int T>
 void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                  int64_t t0, const RowsOut& out) {
+  if (w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32) {
+    fp8_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
   float dots[T] = {};
   const int64_t cols = w.cols;
-  const int64_t tiles = (cols + 127) / 128;
-  float tile_scale[64];
-  int64_t band = -1;
   for (int64_t r = r0; r < r1; ++r) {
     float scale = 1.0f;
     switch (w.kind) {
@@ -337,45 +405,16 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
         fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
         scale = 0.5f * 256.0f * w.global_scale;
         break;
-      case WeightKind::fp8_ue8m0:
-      case WeightKind::fp8_f32: {
-        const uint8_t* wrow = w.data + r * cols;
-        for (int t = 0; t < T; ++t) dots[t] = 0.0f;
-        // 64 tiles (8192 columns) of scales at a time; the band's scales
-        // are converted once for all its rows when they fit.
-        for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
-          const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
-          if (r / 128 != band || tiles > 64) {
-            band = r / 128;
-            for (int64_t c = 0; c < nt; ++c) {
-              const int64_t s_idx = band * tiles + c0 + c;
-              float s = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[s_idx])
-                                                        : load_f32(w.scales + 4 * s_idx);
-              tile_scale[c] = s * 256.0f;
-            }
-          }
-          const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
-          float part[T];
-          const uint8_t* shifted[T];
-          for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * 4;
-          fp8_row<T>(wrow + c0 * 128, tile_scale, span, shifted, part);
-          for (int t = 0; t < T; ++t) dots[t] += part[t];
-        }
-        break;
-      }
       case WeightKind::bf16:
         bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
         break;
       case WeightKind::f32:
         f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
+      case WeightKind::fp8_ue8m0:
+      case WeightKind::fp8_f32: break;  // fp8_range
     }
-    for (int t = 0; t < T; ++t) {
-      const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
-      float* y = out.y + yi * out.ldy + r;
-      float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
-      *y = out.accumulate ? *y + v : v;
-    }
+    store_row<T>(out, r, t0, dots, scale);
   }
 }
 
@@ -428,22 +467,20 @@ void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uin
 
 void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
                       const RowsOut& out) {
+  // Token groups of kTokens, row tiles of ~256 KB reused from L2 by every
+  // group (see linear_avx512.cpp).
   const int64_t rb = row_bytes(w) > 0 ? row_bytes(w) : 1;
   int64_t tile = (256 * 1024) / rb;
-  if (tile < 1) tile = 1;
-  if (a.n <= 8) tile = r1 - r0;
+  if (tile < 2) tile = 2;
+  if (a.n <= kTokens) tile = r1 - r0;
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
-    for (int64_t t0 = 0; t0 < a.n; t0 += 8) {
-      switch (a.n - t0 >= 8 ? 8 : a.n - t0) {
+    for (int64_t t0 = 0; t0 < a.n; t0 += kTokens) {
+      switch (a.n - t0 >= kTokens ? kTokens : a.n - t0) {
         case 1: rows_tokens_at<1>(w, rt, re, a, t0, out); break;
         case 2: rows_tokens_at<2>(w, rt, re, a, t0, out); break;
         case 3: rows_tokens_at<3>(w, rt, re, a, t0, out); break;
-        case 4: rows_tokens_at<4>(w, rt, re, a, t0, out); break;
-        case 5: rows_tokens_at<5>(w, rt, re, a, t0, out); break;
-        case 6: rows_tokens_at<6>(w, rt, re, a, t0, out); break;
-        case 7: rows_tokens_at<7>(w, rt, re, a, t0, out); break;
-        default: rows_tokens_at<8>(w, rt, re, a, t0, out); break;
+        default: rows_tokens_at<4>(w, rt, re, a, t0, out); break;
       }
     }
   }
