@@ -6,8 +6,12 @@
 //
 // Every result carries the weight bytes the op must read, the median / min /
 // max time of --iters timed calls, the effective bandwidth (bytes / median)
-// and its ratio to the read bandwidth measured in the same run (best of the
-// probes before and after the timed calls: the ratio errs low, never high).
+// and its ratio to the read bandwidth measured in the same run: each timed
+// call is paired with a plain read of as many bytes from a cold buffer, with
+// the same threads, just before or after it (alternating), so that both
+// see the same machine; bandwidth_gbps is bytes / the median read time.
+// (On a shared machine bandwidth drifts by several x within seconds; a
+// probe minutes apart from the calls would make the ratio meaningless.)
 // Weights are random in the stored format, never constant, and laid out so
 // they come from DRAM: `linear` cycles through copies of the matrix that
 // together exceed 4x the last-level cache; `moe` allocates all experts of a
@@ -16,7 +20,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -50,7 +56,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--fp8-scale", "T", "fp8_block128 scale type: ue8m0 (default) or f32"},
     {"--threads", "N", "threads (default: all)"},
     {"--isa", "NAME", "kernels: ref, avx2, avx512 or auto (default)"},
-    {"--iters", "N", "timed calls per measurement (default 20; ref 3)"},
+    {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
     {"--resident", "", "linear: one copy of the weights (cache-resident when small), one thread, timed by\n"
                        "the thread's CPU clock: the kernel's compute ceiling per core, immune to other load"},
     {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
@@ -88,11 +94,85 @@ double thread_cpu_ms() {
   return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
 }
 
-// --bandwidth GBPS if given (> 0), else measured now with `threads`.
+// The paired bandwidth probe: reads `bytes` at a time from a buffer past
+// 4x the LLC, moving on through it so every read is cold, on all threads.
+class ReadProbe {
+ public:
+  explicit ReadProbe(ThreadPool* pool) : pool_(pool), size_(dram_working_set()) {
+    buf_.reset(static_cast<uint64_t*>(std::aligned_alloc(4096, size_)));
+    if (!buf_) fail("bench: cannot allocate the ", size_ >> 20, " MiB bandwidth probe");
+    const int64_t words = int64_t(size_ / 8);
+    auto fill = [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) buf_.get()[i] = uint64_t(i) * 0x9E3779B97F4A7C15ull;
+    };
+    if (pool_) pool_->parallel_for(words, fill, 1 << 16);
+    else fill(0, words, 0);
+  }
+
+  // Milliseconds to read `bytes` (rounded to whole cache lines).
+  double read_ms(double bytes) {
+    size_t n = std::min(size_, (size_t(bytes) + 63) / 64 * 64);
+    if (offset_ + n > size_) offset_ = 0;
+    const uint64_t* p = buf_.get() + offset_ / 8;
+    offset_ += n;
+    const int64_t lines = int64_t(n / 64);
+    auto t0 = Clock::now();
+    auto job = [&](int64_t b, int64_t e, int) {
+      // 8 independent accumulators: enough loads in flight to saturate DRAM.
+      uint64_t a[8] = {};
+      for (int64_t l = b; l < e; ++l)
+        for (int k = 0; k < 8; ++k) a[k] ^= p[l * 8 + k];
+      sink_.fetch_xor(a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7], std::memory_order_relaxed);
+    };
+    if (pool_) pool_->parallel_for(lines, job, 64);
+    else job(0, lines, 0);
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint64_t* q) const { std::free(q); }
+  };
+  ThreadPool* pool_;
+  size_t size_;
+  std::unique_ptr<uint64_t, Free> buf_;
+  size_t offset_ = 0;
+  std::atomic<uint64_t> sink_{0};  // keeps the reads from being optimised away
+};
+
+// Times `iters` calls of `call(i)` (after `warmup` untimed ones), each paired
+// with a probe read of `bytes(i)` bytes, alternating which goes first.
+// Returns the call times and the probe's bandwidth (GB/s over the medians),
+// or the --bandwidth value if one was given.
 double given_bandwidth = 0;
-double bandwidth_gbps(int threads) {
-  if (given_bandwidth > 0) return given_bandwidth;
-  return measure_read_bandwidth_gbps(threads, dram_working_set(), 3);
+template <class Call, class Bytes>
+Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, Bytes bytes,
+                   double* bandwidth, double* mean_bytes, bool cpu_clock = false) {
+  for (int64_t i = 0; i < warmup; ++i) call(i);
+  std::vector<double> ms, probe_ms;
+  double total = 0;
+  for (int64_t i = warmup; i < warmup + iters; ++i) {
+    const double b = bytes(i);
+    total += b;
+    if (given_bandwidth <= 0 && i % 2 == 0) probe_ms.push_back(probe.read_ms(b) / b);
+    const double t0 = cpu_clock ? thread_cpu_ms() : 0;
+    auto w0 = Clock::now();
+    call(i);
+    ms.push_back(cpu_clock ? thread_cpu_ms() - t0
+                           : std::chrono::duration<double, std::milli>(Clock::now() - w0).count());
+    if (given_bandwidth <= 0 && i % 2 == 1) probe_ms.push_back(probe.read_ms(b) / b);
+  }
+  *mean_bytes = total / double(iters);
+  if (given_bandwidth > 0) {
+    *bandwidth = given_bandwidth;
+  } else {
+    // Probe times per byte -> GB/s at the median.
+    std::sort(probe_ms.begin(), probe_ms.end());
+    const size_t m = probe_ms.size();
+    const double per_byte_ms = m % 2 ? probe_ms[m / 2] : 0.5 * (probe_ms[m / 2 - 1] + probe_ms[m / 2]);
+    *bandwidth = 1.0 / (per_byte_ms * 1e-3) / 1e9;
+  }
+  return summarize(ms);
 }
 
 struct Result {
@@ -166,6 +246,7 @@ Fp8ScaleType parse_fp8_scale(const ParsedArgs& args) {
 // ---- bench bandwidth ----------------------------------------------------------
 
 int bench_bandwidth(const ParsedArgs& args, int threads, bool json) {
+  // The device layer's probe (a fresh 2+ GB buffer per pass, best pass).
   const int64_t iters = args.integer("--iters", 5, 1, 1000);
   std::vector<double> ms;
   double best = 0;
@@ -183,6 +264,7 @@ int bench_bandwidth(const ParsedArgs& args, int threads, bool json) {
   r.iters = iters;
   r.time = summarize(ms);
   r.bandwidth = best;
+  r.detail = "best pass over a cold buffer";
   print(r, json);
   return 0;
 }
@@ -220,26 +302,15 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json
   std::vector<float> x(size_t(max_batch * cols)), y(size_t(max_batch * rows));
   random_normal(x.data(), int64_t(x.size()), 7);
 
-  double bw = bandwidth_gbps(resident ? 1 : pool.size());
   ThreadPool* p = resident ? nullptr : &pool;
-  std::vector<Result> results;
+  ReadProbe probe(p);
   size_t next = 0;
   for (int64_t batch : batches) {
-    for (size_t i = 0; i < std::min<size_t>(copies, 8); ++i)  // warm-up: code, scratch, pool
-      fn(mats[next++ % copies].view, x.data(), batch, y.data(), p);
-    std::vector<double> ms;
-    for (int64_t it = 0; it < iters; ++it) {
-      const WeightView& w = mats[next++ % copies].view;
-      if (resident) {
-        const double t0 = thread_cpu_ms();
-        fn(w, x.data(), batch, y.data(), nullptr);
-        ms.push_back(thread_cpu_ms() - t0);
-      } else {
-        auto t0 = Clock::now();
-        fn(w, x.data(), batch, y.data(), p);
-        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-      }
-    }
+    double bw = 0, bytes_per_call = 0;
+    const Timing t = time_paired(
+        int64_t(std::min<size_t>(copies, 8)), iters, probe,
+        [&](int64_t) { fn(mats[next++ % copies].view, x.data(), batch, y.data(), p); },
+        [&](int64_t) { return bytes; }, &bw, &bytes_per_call, resident);
     Result r;
     r.op = "linear";
     r.format = format_name(format);
@@ -248,15 +319,11 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json
     r.batch = batch;
     r.bytes = bytes;
     r.iters = iters;
-    r.time = summarize(ms);
+    r.time = t;
+    r.bandwidth = bw;
     r.detail = std::to_string(rows) + "x" + std::to_string(cols) +
                (format == Format::fp8_block128 ? std::string(" scales ") + (fp8 == Fp8ScaleType::f32 ? "f32" : "ue8m0") : "") +
                (resident ? ", resident, thread CPU time" : "");
-    results.push_back(r);
-  }
-  bw = std::max(bw, bandwidth_gbps(resident ? 1 : pool.size()));
-  for (Result& r : results) {
-    r.bandwidth = bw;
     print(r, json);
   }
   return 0;
@@ -375,36 +442,27 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
     return bytes + expert_bytes(w.shared);
   };
 
-  double bw = bandwidth_gbps(pool.size());
-  std::vector<Result> results;
+  ReadProbe probe(&pool);
   for (int64_t batch : batches) {
-    std::vector<double> ms;
-    double bytes_sum = 0;
-    for (int64_t c = 0; c < calls; ++c) {
-      const int64_t first = c * batch;
-      const float* x = xs.data() + size_t((c % 16) * batch * D);
-      auto t0 = Clock::now();
-      fn(w, x, ids.data() + first, batch, y.data(), &pool);
-      const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      if (c < 8) continue;  // warm-up calls
-      ms.push_back(t);
-      bytes_sum += call_bytes(first, batch, x);
-    }
+    double bw = 0, bytes = 0;
+    const Timing t = time_paired(
+        8, iters, probe,
+        [&](int64_t c) {
+          fn(w, xs.data() + size_t((c % 16) * batch * D), ids.data() + c * batch, batch, y.data(), &pool);
+        },
+        [&](int64_t c) { return call_bytes(c * batch, batch, xs.data() + size_t((c % 16) * batch * D)); }, &bw,
+        &bytes);
     Result r;
     r.op = "moe";
     r.format = format_name(format);
     r.isa = cpu_isa_name(isa);
     r.threads = pool.size();
     r.batch = batch;
-    r.bytes = bytes_sum / double(ms.size());
+    r.bytes = bytes;
     r.iters = iters;
-    r.time = summarize(ms);
-    r.detail = "dsv4-flash, routing " + routing;
-    results.push_back(r);
-  }
-  bw = std::max(bw, bandwidth_gbps(pool.size()));
-  for (Result& r : results) {
+    r.time = t;
     r.bandwidth = bw;
+    r.detail = "dsv4-flash, routing " + routing;
     print(r, json);
   }
   return 0;
