@@ -126,6 +126,21 @@ TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
   }
 }
 
+TEST_P(MoeCpu, OutputMayAliasInput) {
+  // The residual stream is often updated in place: x is fully consumed
+  // (prepared) before y is written.
+  const CpuIsa isa = GetParam();
+  if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);
+  Layer l = random_layer(Format::mxfp4, Format::fp8_block128, 96, 64, 8, 2, 77);
+  std::vector<float> x(size_t(3 * 96));
+  random_normal(x.data(), int64_t(x.size()), 5);
+  std::vector<float> y(x.size()), inplace = x;
+  ThreadPool pool(2);
+  moe_for_isa(isa)(l.w, x.data(), nullptr, 3, y.data(), &pool);
+  moe_for_isa(isa)(l.w, inplace.data(), nullptr, 3, inplace.data(), &pool);
+  EXPECT_EQ(inplace, y);
+}
+
 TEST_P(MoeCpu, RejectsBadLayers) {
   const CpuIsa isa = GetParam();
   if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);

@@ -10,6 +10,7 @@
 
 namespace nibble {
 
+// y may alias x (x is fully read before y is written).
 void moe_avx2(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
               ThreadPool* pool);
 void moe_avx512(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
