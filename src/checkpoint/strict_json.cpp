@@ -10,6 +10,11 @@ namespace nibble {
 using nlohmann::json;
 
 json parse_json_strict(std::string_view text, const std::string& what, int max_depth) {
+  // nlohmann stops reading at a NUL byte as if the input ended there, so
+  // "{}\0garbage" would parse. A raw NUL is never valid JSON (inside a
+  // string it must be escaped), so it is rejected up front.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos)
+    fail(what, ": not valid JSON (NUL byte at offset ", nul, ")");
   // One key set per open object, innermost last. A key event always belongs
   // to the innermost open object: arrays have no keys, and an object inside
   // an array pushes its own set.
