@@ -304,6 +304,14 @@ def pre_tokenizer_configs() -> list:
         P.Sequence([P.Split(" ", "isolated"), P.ByteLevel(add_prefix_space=True, use_regex=False)]),
         P.Sequence([P.Split(Regex("x*"), "isolated"), bl]),
         P.Sequence([P.Split(Regex("(?=a)"), "merged_with_next"), bl]),
+        # Escapes whose meaning differs between Oniguruma and PCRE2, and
+        # Ruby-style line anchors.
+        P.Sequence([P.Split(Regex(r"\w+"), "isolated"), bl]),
+        P.Sequence([P.Split(Regex(r"\W+"), "removed"), bl]),
+        P.Sequence([P.Split(Regex(r"[\w\s]+"), "isolated"), bl]),
+        P.Sequence([P.Split(Regex(r"\S+"), "isolated"), bl]),
+        P.Sequence([P.Split(Regex(r"\h+"), "isolated"), bl]),
+        P.Sequence([P.Split(Regex(r"^ +|\d+$|^$"), "isolated"), bl]),
         dsv4_tokenizer.dsv4_pre_tokenizer(),
         # Llama-3 / Qwen style: case-insensitive contractions, 1-3 digit groups.
         P.Sequence([P.Split(Regex(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"

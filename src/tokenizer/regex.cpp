@@ -47,6 +47,62 @@ MatchScratch& scratch() {
 
 }  // namespace
 
+// The members of Oniguruma's Unicode \w, as the inside of a class.
+constexpr std::string_view kWord = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
+
+std::string onig_to_pcre2(std::string_view pattern) {
+  // Oniguruma (Ruby syntax, Unicode) and PCRE2 (UCP) disagree on a few
+  // escapes; rewrite them to explicit properties so the match is the same:
+  //   \s \S  Onig: White_Space. PCRE2 adds U+180E (it counts as \h there).
+  //   \w \W  Onig: Alphabetic, M, Nd, Pc, and the Latin-1 superscript digits
+  //           and fractions (its Latin-1 table marks them as word characters).
+  //           PCRE2 10.42: L, N and '_' only.
+  //   \h \H  Onig: hex digit. PCRE2: horizontal space.
+  // \W and \H inside a character class are left alone: a negated set
+  // cannot be spelled inside a class without set subtraction.
+  std::string out;
+  out.reserve(pattern.size() + 16);
+  bool in_class = false;
+  size_t class_start = 0;  // index of the first character after '[' or '[^'
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      switch (e) {
+        case 's': out += "\\p{White_Space}"; break;
+        case 'S': out += "\\P{White_Space}"; break;
+        case 'w': out += in_class ? std::string(kWord) : "[" + std::string(kWord) + "]"; break;
+        case 'W': out += in_class ? std::string("\\W") : "[^" + std::string(kWord) + "]"; break;
+        case 'h': out += in_class ? "0-9a-fA-F" : "[0-9a-fA-F]"; break;
+        case 'H': out += in_class ? "\\H" : "[^0-9a-fA-F]"; break;
+        default:
+          out += c;
+          out += e;
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      class_start = i + 1;
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      // POSIX class [:alpha:] inside a set: copy through its closing ":]".
+      const size_t close = pattern.find(":]", i + 2);
+      if (close != std::string_view::npos) {
+        out.append(pattern.substr(i, close + 2 - i));
+        i = close + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']' && i != class_start) in_class = false;  // a leading ']' is literal
+    out += c;
+  }
+  return out;
+}
+
 struct Regex::Code {
   pcre2_code* code = nullptr;
   ~Code() { pcre2_code_free(code); }
@@ -55,14 +111,16 @@ struct Regex::Code {
 Regex::Regex(std::string_view pattern, bool literal, std::string where)
     : code_(std::make_unique<Code>()), where_(std::move(where)) {
   if (utf8_first_invalid(pattern) != pattern.size()) fail(where_, ": pattern is not valid UTF-8");
-  uint32_t options = PCRE2_UTF | PCRE2_UCP;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL refuses UCP (it has no classes to apply it to).
+  // MULTILINE: in Oniguruma's Ruby syntax ^ and $ are line anchors.
+  const uint32_t options = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE);
   int err = 0;
   PCRE2_SIZE err_offset = 0;
-  code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
+  const std::string translated = literal ? std::string(pattern) : onig_to_pcre2(pattern);
+  code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options, &err,
                               &err_offset, nullptr);
   if (!code_->code) {
-    fail(where_, ": cannot compile regex at offset ", err_offset, ": ", pcre2_message(err));
+    fail(where_, ": cannot compile regex '", translated, "' at offset ", err_offset, ": ", pcre2_message(err));
   }
   // JIT is an optimisation only: when unavailable pcre2_match interprets.
   (void)pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);

@@ -23,6 +23,11 @@ struct Span {
   size_t end;
 };
 
+// Rewrites the escapes whose meaning differs between Oniguruma (which
+// Hugging Face uses) and PCRE2 into explicit Unicode properties. Exposed
+// for tests.
+std::string onig_to_pcre2(std::string_view pattern);
+
 class Regex {
  public:
   // `literal` compiles the pattern as a plain string (Split's {"String": ..}).
