@@ -47,16 +47,18 @@ MatchScratch& scratch() {
 
 }  // namespace
 
-// The members of Oniguruma's Unicode \w, as the inside of a class.
-constexpr std::string_view kWord = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
+// Oniguruma's Unicode \w as the inside of a class. Outside a class it also
+// takes the Latin-1 superscript digits and fractions (its Latin-1 ctype
+// table marks them as word characters); inside a class it does not.
+constexpr std::string_view kWord = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})";
+constexpr std::string_view kWordLatin1Extra = R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
 
 std::string onig_to_pcre2(std::string_view pattern) {
   // Oniguruma (Ruby syntax, Unicode) and PCRE2 (UCP) disagree on a few
   // escapes; rewrite them to explicit properties so the match is the same:
   //   \s \S  Onig: White_Space. PCRE2 adds U+180E (it counts as \h there).
-  //   \w \W  Onig: Alphabetic, M, Nd, Pc, and the Latin-1 superscript digits
-  //           and fractions (its Latin-1 table marks them as word characters).
-  //           PCRE2 10.42: L, N and '_' only.
+  //   \w \W  Onig: Alphabetic, M, Nd, Pc (plus six Latin-1 characters when
+  //           outside a class). PCRE2 10.42: L, N and '_' only.
   //   \h \H  Onig: hex digit. PCRE2: horizontal space.
   // \W and \H inside a character class are left alone: a negated set
   // cannot be spelled inside a class without set subtraction.
@@ -71,8 +73,12 @@ std::string onig_to_pcre2(std::string_view pattern) {
       switch (e) {
         case 's': out += "\\p{White_Space}"; break;
         case 'S': out += "\\P{White_Space}"; break;
-        case 'w': out += in_class ? std::string(kWord) : "[" + std::string(kWord) + "]"; break;
-        case 'W': out += in_class ? std::string("\\W") : "[^" + std::string(kWord) + "]"; break;
+        case 'w':
+          out += in_class ? std::string(kWord) : "[" + std::string(kWord) + std::string(kWordLatin1Extra) + "]";
+          break;
+        case 'W':
+          out += in_class ? std::string("\\W") : "[^" + std::string(kWord) + std::string(kWordLatin1Extra) + "]";
+          break;
         case 'h': out += in_class ? "0-9a-fA-F" : "[0-9a-fA-F]"; break;
         case 'H': out += in_class ? "\\H" : "[^0-9a-fA-F]"; break;
         default:
