@@ -204,6 +204,10 @@ def test_strings(specials: list[str], seed: int) -> list[str]:
         "\n" * 20, "9" * 50, "ab" * 60, "毕" * 80, "🔥" * 30, "Straße" * 12, "\t \t \n" * 10,
         "supercalifragilisticexpialidociousantidisestablishmentarianism" * 2,
     ]
+    # docs/text.md's DeepSeek test vectors (their ids there need the real vocabulary).
+    fixed += ["<｜User｜>你好<｜Assistant｜><think>推理</think>答案<｜end▁of▁sentence｜>",
+              "<｜begin▁of▁sentence｜>S<｜User｜>U1<｜Assistant｜></think>A1<｜end▁of▁sentence｜><｜User｜>U2"
+              "<｜Assistant｜></think>"]
     for s in specials:
         fixed += [s, "x" + s + "y", " " + s + " ", s + s, s[:-1], s[1:], "hello" + s + "\n" + s + "world"]
     out = list(fixed)
