@@ -13,7 +13,8 @@ Writes tests/fixtures/tokenizer/:
                 decoded_skip_special (only when it differs from text)
       decodes:  random id sequences and tokenizers' decode of them, with and
                 without skip_special_tokens (ill-formed UTF-8 -> U+FFFD)
-      variant_cases (gpt2 only): ids with pre_tokenizer.add_prefix_space=true
+      variants (gpt2 only): ids after a JSON merge patch of the tokenizer
+                (ByteLevel add_prefix_space=true; BPE ignore_merges=true)
   pre_tokenizer_cases.json
       pre-tokenizer configurations (Split behaviours, invert, Digits,
       ByteLevel options, DeepSeek's and a Llama-3 style sequence) and the
@@ -286,6 +287,19 @@ def random_decodes(tok: Tokenizer, seed: int, count: int = 300) -> list[dict]:
     return out
 
 
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch (what nlohmann::json::merge_patch does)."""
+    if not isinstance(patch, dict):
+        return patch
+    target = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        else:
+            target[k] = merge_patch(target.get(k), v)
+    return target
+
+
 def write_json(path: pathlib.Path, obj) -> None:
     path.write_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
 
@@ -358,15 +372,25 @@ def main() -> None:
     gpt2_strings = test_strings(gpt2_specials, SEED + 20)
     gpt2_strings += ["foo", "foo bar", "xfoo", "foox", "foo_", "foo.", "éfoo", "a <mask> b", "a   <mask>", "<sep>   x",
                      "a  <both>  b", "<mask><mask>", " <sep> <sep> ", "<|im_start|>user", "<|im_end|>"]
-    variant = Tokenizer.from_str(gpt2.to_str())
-    variant.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+    # Variants of the same file, given as JSON merge patches: each is applied
+    # to gpt2_tokenizer.json by the C++ test too.
+    variants = []
+    for name, patch in [
+        ("add_prefix_space", {"pre_tokenizer": {"add_prefix_space": True}}),
+        # Words that are vocabulary entries but that the merges never build:
+        # ignore_merges emits them whole.
+        ("ignore_merges", {"model": {"ignore_merges": True, "vocab": {"xylophone": 5000, "Ġxylophone": 5001}}}),
+    ]:
+        variant = Tokenizer.from_str(json.dumps(merge_patch(json.loads(gpt2.to_str()), patch)))
+        texts = gpt2_strings[::5] + ["xylophone", " xylophone", "a xylophone b", "xylophones", "Xylophone"]
+        variants.append({"name": name, "patch": patch,
+                         "cases": [{"text": t, "ids": variant.encode(t, add_special_tokens=False).ids}
+                                   for t in texts]})
     write_json(OUT / "gpt2_cases.json", {
         "tokenizer": gpt2_path.name,
         "cases": encode_cases(gpt2, gpt2_strings),
         "decodes": random_decodes(gpt2, SEED + 21),
-        "variant": {"pre_tokenizer": json.loads(variant.to_str())["pre_tokenizer"],
-                    "cases": [{"text": s, "ids": variant.encode(s, add_special_tokens=False).ids}
-                              for s in gpt2_strings[::5]]},
+        "variants": variants,
     })
 
     # The hand-written strings, then a sample of the random ones.

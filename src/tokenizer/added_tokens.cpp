@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/bpe.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
@@ -83,19 +84,17 @@ AddedVocab::~AddedVocab() = default;
 AddedVocab::AddedVocab(AddedVocab&&) noexcept = default;
 AddedVocab& AddedVocab::operator=(AddedVocab&&) noexcept = default;
 
-AddedVocab AddedVocab::from_json(const json& j, const std::string& where) {
+AddedVocab AddedVocab::from_json(const json& j, const std::string& where, const BpeModel& model) {
   AddedVocab v;
   if (j.is_null()) return v;
   if (!j.is_array()) fail(where, ": added_tokens: expected an array");
+  const auto model_count = static_cast<int64_t>(model.vocab_count());
   for (size_t i = 0; i < j.size(); ++i) {
     const std::string at = where + ": added_tokens[" + std::to_string(i) + "]";
     const json& t = j[i];
     if (!t.is_object()) fail(at, ": expected an object");
     AddedToken tok;
     if (!t.contains("id") || !t["id"].is_number_integer()) fail(at, ".id: missing or not an integer");
-    const auto id = t["id"].get<int64_t>();
-    if (id < 0 || id >= (int64_t(1) << 30)) fail(at, ".id: ", id, " out of range");
-    tok.id = static_cast<int32_t>(id);
     if (!t.contains("content") || !t["content"].is_string()) fail(at, ".content: missing or not a string");
     tok.content = t["content"].get<std::string>();
     if (utf8_first_invalid(tok.content) != tok.content.size()) fail(at, ".content: not valid UTF-8");
@@ -104,17 +103,28 @@ AddedVocab AddedVocab::from_json(const json& j, const std::string& where) {
     tok.lstrip = get_flag(t, "lstrip", false, at);
     tok.rstrip = get_flag(t, "rstrip", false, at);
     tok.normalized = get_flag(t, "normalized", !tok.special, at);
-    if (v.by_id_.count(tok.id)) fail(at, ".id: ", tok.id, " is already used by another added token");
-    v.max_id_ = std::max(v.max_id_, tok.id);
-    const auto index = static_cast<int32_t>(v.tokens_.size());
-    v.by_id_[tok.id] = index;
-    // Hugging Face ignores empty contents when matching; a repeated content
-    // keeps the later entry for matching, like its map does.
-    if (!tok.content.empty()) {
-      v.by_content_[tok.content] = index;
-      (tok.normalized ? v.normalized_trie_ : v.raw_trie_).insert(tok.content, index);
+    if (tok.content.empty()) continue;  // tokenizers ignores empty added tokens
+
+    if (const auto it = v.by_content_.find(tok.content); it != v.by_content_.end()) {
+      tok.id = v.tokens_[size_t(it->second)].id;  // repeated: same id, later flags
+      v.tokens_[size_t(it->second)] = std::move(tok);
+      continue;
     }
+    if (const auto in_model = model.id_of(tok.content)) {
+      tok.id = *in_model;
+    } else {
+      const int64_t next = v.max_id_ < 0 || v.max_id_ < model_count ? model_count : int64_t(v.max_id_) + 1;
+      if (next >= (int64_t(1) << 30)) fail(at, ": id ", next, " out of range");
+      tok.id = static_cast<int32_t>(next);
+    }
+    v.max_id_ = std::max(v.max_id_, tok.id);
+    v.by_content_[tok.content] = static_cast<int32_t>(v.tokens_.size());
     v.tokens_.push_back(std::move(tok));
+  }
+  for (size_t index = 0; index < v.tokens_.size(); ++index) {
+    const AddedToken& tok = v.tokens_[index];
+    v.by_id_[tok.id] = static_cast<int32_t>(index);
+    (tok.normalized ? v.normalized_trie_ : v.raw_trie_).insert(tok.content, static_cast<int32_t>(index));
   }
   return v;
 }

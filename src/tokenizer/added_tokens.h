@@ -24,6 +24,7 @@
 
 namespace nibble {
 
+class BpeModel;
 class Regex;
 
 struct AddedToken {
@@ -47,7 +48,15 @@ struct Segment {
 class AddedVocab {
  public:
   // `j` is tokenizer.json's "added_tokens" array (null means none).
-  static AddedVocab from_json(const nlohmann::json& j, const std::string& where);
+  //
+  // Ids are assigned the way tokenizers does when it loads a file, not read
+  // from the "id" fields: a token whose content is in the model vocabulary
+  // takes that id; any other takes the model's entry count for the first
+  // such token and one more than the largest added id after that. For a
+  // consistent file (DeepSeek's, anything tokenizers saved) this is the
+  // file's own numbering. A repeated content keeps its first id and takes
+  // the later flags.
+  static AddedVocab from_json(const nlohmann::json& j, const std::string& where, const BpeModel& model);
 
   AddedVocab();
   ~AddedVocab();

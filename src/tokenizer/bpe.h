@@ -42,6 +42,8 @@ class BpeModel {
   // Appends the ids of one pre-token (raw bytes, non-empty) to out.
   void encode_word(std::string_view bytes, std::vector<int32_t>& out) const;
 
+  // Number of vocabulary entries (tokenizers' get_vocab_size() of the model).
+  size_t vocab_count() const { return token_to_id_.size(); }
   // One past the largest vocabulary id.
   size_t id_limit() const { return id_to_token_.size(); }
   // Whether id names a vocabulary entry (ids may have gaps).

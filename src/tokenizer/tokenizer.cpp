@@ -74,7 +74,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::strin
     t.model_ = BpeModel::from_json(root["model"], where);
     t.pre_tokenizer_ = PreTokenizer::from_json(root.value("pre_tokenizer", json()), where + ": pre_tokenizer");
     check_decoder(root.value("decoder", json()), where);
-    t.added_ = AddedVocab::from_json(root.value("added_tokens", json()), where);
+    t.added_ = AddedVocab::from_json(root.value("added_tokens", json()), where, t.model_);
   } catch (const json::exception& e) {
     // A field of an unexpected JSON type that the checks above let through.
     fail(where, ": unexpected JSON structure: ", e.what());

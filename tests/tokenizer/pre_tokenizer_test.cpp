@@ -8,6 +8,7 @@
 #include "fixtures.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/regex.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -98,6 +99,36 @@ TEST(PreTokenizer, LongWhitespaceRunDoesNotExhaustRegexStack) {
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_EQ(pieces[0].size(), spaces.size() - 1);
   EXPECT_EQ(pieces[1], " x");
+}
+
+TEST(OnigToPcre2, RewritesOnlyTheEscapesThatDiffer) {
+  EXPECT_EQ(onig_to_pcre2(R"(\s+(?!\S))"), R"(\p{White_Space}+(?!\P{White_Space}))");
+  EXPECT_EQ(onig_to_pcre2(R"([^\s\p{L}])"), R"([^\p{White_Space}\p{L}])");
+  EXPECT_EQ(onig_to_pcre2(R"(\w)"), R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE}])");
+  EXPECT_EQ(onig_to_pcre2(R"([\w])"), R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}])");
+  EXPECT_EQ(onig_to_pcre2(R"(\h+)"), R"([0-9a-fA-F]+)");
+  // Escaped backslashes, a literal ']' first in a class and POSIX classes
+  // do not confuse the class tracking.
+  EXPECT_EQ(onig_to_pcre2(R"(\\s)"), R"(\\s)");
+  EXPECT_EQ(onig_to_pcre2(R"([]\s]\s)"), R"([]\p{White_Space}]\p{White_Space})");
+  EXPECT_EQ(onig_to_pcre2(R"([[:alpha:]\w]\w)"),
+            R"([[:alpha:]\p{Alphabetic}\p{M}\p{Nd}\p{Pc}][\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE}])");
+  EXPECT_EQ(onig_to_pcre2(R"(\p{N}{1,3}|'s|\d)"), R"(\p{N}{1,3}|'s|\d)");
+}
+
+TEST(Regex, EmptyMatchesFollowFindIterRules) {
+  const Regex re("x*", false, "test");
+  std::vector<Span> m;
+  re.find_all("abxxc", m);
+  // Empty at 0 and 1, "xx" at 2..4, nothing empty at 4 (it touches the
+  // previous match), empty at 5.
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0].begin, 0u);
+  EXPECT_EQ(m[1].begin, 1u);
+  EXPECT_EQ(m[2].begin, 2u);
+  EXPECT_EQ(m[2].end, 4u);
+  EXPECT_EQ(m[3].begin, 5u);
+  EXPECT_EQ(m[3].end, 5u);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // ids tokenizers gave, and decode back to the text tokenizers decoded.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "fixtures.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -110,17 +112,22 @@ TEST(TokenizerDsv4, SpecialTokenIds) {
   EXPECT_EQ(tok.encode("<｜User｜>"), std::vector<int32_t>{*user});
 }
 
-TEST(TokenizerGpt2, AddPrefixSpaceVariant) {
-  // Same vocabulary, ByteLevel(add_prefix_space=true): the prefix goes on
-  // every segment between added tokens.
+TEST(TokenizerGpt2, Variants) {
+  // The same file patched (ByteLevel add_prefix_space=true: the prefix goes
+  // on every segment between added tokens; BPE ignore_merges=true with two
+  // vocabulary words no merge builds) against tokenizers on the same patch.
   const auto data = read_fixture("gpt2_cases.json");
-  auto j = nlohmann::json::parse(test::read_text(test::fixture_path("gpt2_tokenizer.json")));
-  j["pre_tokenizer"] = data["variant"]["pre_tokenizer"];
-  const Tokenizer tok = Tokenizer::from_json_text(j.dump(), "gpt2 variant");
-  ASSERT_GE(data["variant"]["cases"].size(), 200u);
-  for (const auto& c : data["variant"]["cases"]) {
-    const std::string text = c["text"];
-    EXPECT_EQ(tok.encode(text), ids_of(c["ids"])) << "text " << shown(text);
+  ASSERT_EQ(data["variants"].size(), 2u);
+  for (const auto& v : data["variants"]) {
+    SCOPED_TRACE(v["name"].get<std::string>());
+    auto j = nlohmann::json::parse(test::read_text(test::fixture_path("gpt2_tokenizer.json")));
+    j.merge_patch(v["patch"]);
+    const Tokenizer tok = Tokenizer::from_json_text(j.dump(), "gpt2 variant");
+    ASSERT_GE(v["cases"].size(), 200u);
+    for (const auto& c : v["cases"]) {
+      const std::string text = c["text"];
+      EXPECT_EQ(tok.encode(text), ids_of(c["ids"])) << "text " << shown(text);
+    }
   }
 }
 
@@ -134,6 +141,30 @@ TEST(TokenizerGpt2, MergesAsSpaceSeparatedStrings) {
   for (const auto& c : data["cases"]) {
     EXPECT_EQ(tok.encode(c["text"].get<std::string>()), ids_of(c["ids"]));
   }
+}
+
+TEST(Tokenizer, ConcurrentEncodeIsConsistent) {
+  // One Tokenizer shared by several threads (its word cache is shared).
+  const Tokenizer tok = Tokenizer::from_file(test::fixture_path("dsv4_tokenizer.json"));
+  const auto data = read_fixture("dsv4_cases.json");
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> expect;
+  for (const auto& c : data["cases"]) {
+    texts.push_back(c["text"]);
+    expect.push_back(ids_of(c["ids"]));
+  }
+  std::vector<size_t> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < mismatches.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < texts.size(); ++k) {
+        const size_t i = (k * 7 + t * 131) % texts.size();  // different orders per thread
+        mismatches[t] += tok.encode(texts[i]) != expect[i];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t m : mismatches) EXPECT_EQ(m, 0u);
 }
 
 TEST(Tokenizer, RejectsInvalidUtf8Input) {

@@ -141,8 +141,8 @@ TEST(TokenizerLoad, BadAddedTokens) {
   j["added_tokens"][0].erase("content");
   EXPECT_ERROR_HAS(load_error(j), "added_tokens[0].content");
   j = base();
-  j["added_tokens"][1]["id"] = j["added_tokens"][0]["id"];
-  EXPECT_ERROR_HAS(load_error(j), "added_tokens[1].id");
+  j["added_tokens"][1]["id"] = "two";
+  EXPECT_ERROR_HAS(load_error(j), "added_tokens[1].id: missing or not an integer");
   j = base();
   j["added_tokens"][0]["special"] = "yes";
   EXPECT_ERROR_HAS(load_error(j), "added_tokens[0].special: expected true or false");
