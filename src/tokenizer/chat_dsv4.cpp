@@ -61,6 +61,15 @@ constexpr std::string_view kResponseFormatPrefix =
 
 // ---------------------------------------------------------------- JSON
 
+// A scalar or a key in JSON form; nlohmann rejects invalid UTF-8 by throwing.
+std::string dump_scalar(const ojson& v) {
+  try {
+    return v.dump(-1, ' ', false);
+  } catch (const ojson::exception& e) {
+    fail("chat JSON: cannot write value: ", e.what());
+  }
+}
+
 // Python's json.dumps(value, ensure_ascii=False): ", " and ": " separators,
 // non-ASCII kept, control characters escaped. Scalars use nlohmann's
 // formatting, which agrees with Python's for strings, integers and the
@@ -72,7 +81,7 @@ void python_json(const ojson& v, std::string& out) {
     for (const auto& [k, x] : v.items()) {
       if (!first) out += ", ";
       first = false;
-      out += ojson(k).dump(-1, ' ', false);
+      out += dump_scalar(ojson(k));
       out += ": ";
       python_json(x, out);
     }
@@ -85,7 +94,7 @@ void python_json(const ojson& v, std::string& out) {
     }
     out += ']';
   } else {
-    out += v.dump(-1, ' ', false);
+    out += dump_scalar(v);
   }
 }
 
@@ -389,6 +398,9 @@ size_t parse_tool_calls(std::string_view text, size_t index, std::vector<ToolCal
     if (w2 < 0) throw Incomplete{};
     std::string_view head = text.substr(index, q - index);
     while (!head.empty() && (head.front() == ' ' || head.front() == '\t' || head.front() == '\n')) head.remove_prefix(1);
+    // DeepSeek matches ^\s*name="(.*?)">\n$ where Python's $ may also sit
+    // before a final newline: a call without parameters ends ">\n\n".
+    if (head.ends_with("\">\n\n")) head.remove_suffix(1);
     const std::string_view name_prefix = "name=\"", name_suffix = "\">\n";
     if (!head.starts_with(name_prefix) || !head.ends_with(name_suffix) ||
         head.size() < name_prefix.size() + name_suffix.size()) {
@@ -407,13 +419,15 @@ size_t parse_tool_calls(std::string_view text, size_t index, std::vector<ToolCal
       const std::string_view body = text.substr(index, end - index);
       const std::string_view pname = " name=\"", str_true = "\" string=\"true\">", str_false = "\" string=\"false\">";
       const auto [sp, sw] = find_first(body, pname.size(), {str_true, str_false});
-      if (!body.starts_with(pname) || sw < 0 || !body.ends_with("<")) {
+      std::string_view value_body = body;
+      if (value_body.ends_with("<\n")) value_body.remove_suffix(1);  // Python's $ before a final newline
+      if (!body.starts_with(pname) || sw < 0 || !value_body.ends_with("<")) {
         fail("completion: parameter format error: '", body, "'");
       }
       const std::string key(body.substr(pname.size(), sp - pname.size()));
       const size_t value_at = sp + (sw == 0 ? str_true.size() : str_false.size());
-      if (value_at > body.size() - 1) fail("completion: parameter format error: '", body, "'");
-      const std::string value(body.substr(value_at, body.size() - 1 - value_at));
+      if (value_at > value_body.size() - 1) fail("completion: parameter format error: '", body, "'");
+      const std::string value(value_body.substr(value_at, value_body.size() - 1 - value_at));
       for (const auto& [k, v] : params)
         if (k == key) fail("completion: duplicate parameter name '", key, "' in tool call '", call.name, "'");
       params.push_back({key, {value, sw == 0}});
@@ -474,6 +488,7 @@ ParsedCompletion parse_dsv4_completion(std::string_view text, ThinkingMode mode,
       if (require_end) fail("completion: tool call block is not closed");
       // Cut off inside the block: keep everything as content so nothing is lost.
       out.content = std::string(text.substr(index));
+      out.tool_calls.clear();
       check_no_special(out.reasoning_content, "reasoning_content");
       return out;
     }

@@ -252,6 +252,13 @@ TEST(ChatDsv4Parse, ToolCallsRoundTrip) {
   again.tool_calls = p.tool_calls;
   const std::vector<ChatMessage> m = {msg(ChatRole::User, "Weather in Paris?"), again};
   EXPECT_EQ(encode_dsv4_chat(m, thinking()), BOS + USER + "Weather in Paris?" + ASSISTANT + THINK + completion);
+  // A call without parameters renders as "...name=\"f\">\n\n</｜DSML｜invoke>".
+  const ParsedCompletion z = parse_dsv4_completion(
+      "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>" + EOS,
+      ThinkingMode::Chat);
+  ASSERT_EQ(z.tool_calls.size(), 1u);
+  EXPECT_EQ(z.tool_calls[0].name, "f");
+  EXPECT_EQ(z.tool_calls[0].arguments, "{}");
   // A closed block without EOS is accepted, unfinished.
   const ParsedCompletion q = parse_dsv4_completion("x" + kWeatherCall, ThinkingMode::Chat);
   EXPECT_EQ(q.content, "x");
@@ -273,6 +280,11 @@ TEST(ChatDsv4Parse, TruncatedCompletions) {
   p = parse_dsv4_completion(partial, ThinkingMode::Chat, false);
   EXPECT_EQ(p.content, partial);  // nothing lost
   EXPECT_TRUE(p.tool_calls.empty());
+  // One complete call, then cut off in the second: all of it stays text.
+  const std::string one = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n\n</｜DSML｜invoke>\n<｜DSML｜inv";
+  p = parse_dsv4_completion(one, ThinkingMode::Chat, false);
+  EXPECT_EQ(p.content, one);
+  EXPECT_TRUE(p.tool_calls.empty());
 }
 
 TEST(ChatDsv4Parse, MalformedCompletionsThrow) {
@@ -292,6 +304,11 @@ TEST(ChatDsv4Parse, MalformedCompletionsThrow) {
   EXPECT_THROW(parse_dsv4_completion(head + p1 + "</｜DSML｜invoke>\n</｜DSML｜tool_calls>junk" + EOS, chat), Error);
   EXPECT_THROW(parse_dsv4_completion("\n\n<｜DSML｜tool_calls> \n" + tail, chat), Error);  // bad gap
   EXPECT_THROW(parse_dsv4_completion("\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke nam=\"f\">\n" + tail, chat), Error);
+  // Invalid UTF-8 inside a string parameter cannot become JSON.
+  EXPECT_THROW(parse_dsv4_completion(head + "<｜DSML｜parameter name=\"k\" string=\"true\">\xC3</｜DSML｜parameter>\n" +
+                                         tail,
+                                     chat),
+               Error);
 }
 
 }  // namespace
