@@ -330,16 +330,27 @@ Detection detect_formats(const Checkpoint& ck) {
     d.parts = {t};
     d.params = uint64_t(t->numel());
     d.bytes = t->nbytes;
+    std::optional<std::string> method = unsupported_by_name(t->name);
     for (const char* suffix : {".scale", ".weight_scale", ".weight_scale_2", ".weight_scale_inv", ".input_scale"}) {
+      if (method) break;
       if (ends_with(t->name, suffix)) {
         std::string base = t->name.substr(0, t->name.size() - std::string(suffix).size());
+        // The scale of a layout nibble recognises but cannot run.
+        if (ck.find(base + ".weight_packed")) {
+          method = "compressed-tensors (pack-quantized)";
+          break;
+        }
+        if (ck.find(base + ".qweight")) {
+          method = "gptq/awq packed int4";
+          break;
+        }
         if (!ck.find(base + ".weight"))
           fail(t->file, ": tensor ", t->name, " is a scale with no weight (", base, ".weight is missing)");
         fail(t->file, ": tensor ", t->name, " does not fit weight ", base, ".weight (",
              dtype_name(ck.find(base + ".weight")->dtype), "): dtype ", dtype_name(t->dtype));
       }
     }
-    if (auto method = unsupported_by_name(t->name)) {
+    if (method) {
       det.unsupported.push_back({*method, "tensor names", t->name});
       d.unsupported = *method;
       d.format = Format::int_index;

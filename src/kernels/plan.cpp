@@ -154,7 +154,8 @@ Plan make_plan(const Checkpoint& ck, const Detection& det, const Device& device,
   std::map<Key, std::vector<const DetectedTensor*>> groups;
   std::vector<Key> order;
   for (const auto& t : det.tensors) {
-    plan.params += t.params;
+    // DeepSeek counts its MTP layer apart (284B for V4-Flash is without it).
+    (t.name.rfind("mtp.", 0) == 0 ? plan.mtp_params : plan.params) += t.params;
     Key k{tensor_group(t.name), t.format, t.is_matrix};
     auto [it, fresh] = groups.try_emplace(k);
     if (fresh) order.push_back(k);
