@@ -167,7 +167,9 @@ Expectation expected(const Metadata& m, const std::string& base, bool fp8_stored
               src + ": quantized_layers[\"" + best + "\"] = " + m.layers.at(best)};
     if (auto f = algo_format(m.modelopt_algo)) return {f, src + ": quant_algo " + m.modelopt_algo};
   }
-  if (expert && !m.moe_quant_algo.empty())
+  // ModelOpt's moe_quant_algo covers what hf_quant_config.json quantized:
+  // a module it excludes (NVIDIA's release keeps mtp.* in MXFP4) falls through.
+  if (expert && !m.moe_quant_algo.empty() && !(m.modelopt && excluded(m, base)))
     return {algo_format(m.moe_quant_algo), "config.json quantization_config.moe_quant_algo " + m.moe_quant_algo};
   if (expert && !m.expert_dtype.empty()) {
     std::optional<Format> f;

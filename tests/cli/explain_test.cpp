@@ -3,6 +3,8 @@
 // numbers derived by hand from the model's tensor table (dsv4.md §3).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/skeleton.h"
@@ -144,6 +146,25 @@ TEST(Explain, UnsupportedMethodsAreNamedNotMisread) {
     RunResult inspect = run_nibble({"inspect", kFixtures + c.dir, "--json"});
     EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
   }
+}
+
+TEST(Explain, TensorsWinOverContradictingMetadata) {
+  TempDir dir;
+  std::filesystem::copy(kFixtures + "dsv4_stock", dir.str(), std::filesystem::copy_options::recursive);
+  json cfg = json::parse(std::ifstream(dir.str("config.json")));
+  cfg["expert_dtype"] = "fp8";  // but the experts are stored MXFP4
+  std::ofstream(dir.str("config.json")) << cfg.dump();
+  json plan = explain_json(dir.str());
+  json routed = only_group(plan, "routed_experts");
+  EXPECT_EQ(routed["format"], "mxfp4");
+  EXPECT_TRUE(contains(routed["provenance"], "overrides config.json expert_dtype")) << routed["provenance"];
+  // One warning per distinct message, folded over layers and experts.
+  ASSERT_FALSE(plan["warnings"].empty());
+  std::string w = plan["warnings"][0];
+  EXPECT_TRUE(contains(w, "metadata says fp8_block128")) << w;
+  EXPECT_TRUE(contains(w, "layers.N.ffn.experts.E")) << w;
+  EXPECT_TRUE(contains(w, "tensors]")) << w;
+  EXPECT_LE(plan["warnings"].size(), 6u);  // w1/w2/w3 of main and MTP layers
 }
 
 TEST(Explain, PlansForNamedDevices) {
