@@ -95,18 +95,21 @@ ConvertedMetadata convert_metadata(const std::string& config_path, const Convert
                   {"exclude_modules", out.exclude_modules}}}};
     out.hf_quant_config = dump(hf);
 
-    // config.json: ModelOpt's compressed-tensors style fields next to the
-    // FP8 stanza (modelopt's convert_hf_quant_config_format, plus
-    // moe_quant_algo which DeepSeek-V4 loaders key on).
+    // config.json: the FP8 stanza stays and ModelOpt's fields join it, as in
+    // NVIDIA's DeepSeek-V4 NVFP4 exports (compressed-tensors style
+    // config_groups targeting "Linear", plus moe_quant_algo, which DeepSeek-V4
+    // loaders key on).
     if (qc.empty()) qc["quant_method"] = "modelopt";
-    const ojson fp4 = {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}};
-    qc["moe_quant_algo"] = "NVFP4";
+    const ojson fp4 = {{"dynamic", false}, {"group_size", 16}, {"num_bits", 4}, {"type", "float"}};
     qc["quant_algo"] = "MIXED_PRECISION";
+    qc["moe_quant_algo"] = "NVFP4";
     qc["group_size"] = 16;
+    qc["kv_cache_quant_algo"] = nullptr;
+    qc["producer"] = hf["producer"];
     qc["quantized_layers"] = layers;
     qc["ignore"] = out.exclude_modules;
     qc["config_groups"] = {
-        {"group_0", {{"input_activations", fp4}, {"weights", fp4}, {"targets", out.quantized_layers}}}};
+        {"group_0", {{"targets", ojson::array({"Linear"})}, {"weights", fp4}, {"input_activations", fp4}}}};
   }
   if (qc.empty()) cfg.erase("quantization_config");
   else cfg["quantization_config"] = qc;
