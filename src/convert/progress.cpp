@@ -82,6 +82,8 @@ void ProgressBar::update(const char* phase, uint64_t done, uint64_t total) {
     drawn_ = true;
     return;
   }
+  // Plain lines only for phases long enough to be worth a log line.
+  if (elapsed < 5.0 && !(complete && last_tenth_ >= 0)) return;
   const int tenth = total > 0 ? int(std::min<uint64_t>(10, done * 10 / total)) : 10;
   if (tenth == last_tenth_ || (tenth == 0 && last_tenth_ >= 0)) return;
   last_tenth_ = tenth;

@@ -110,13 +110,23 @@ class Producer {
   }
 
  private:
-  bool emit(size_t tensor, const uint8_t* data, size_t n, std::vector<uint8_t> owned = {}) {
+  // A chunk pointing into memory that outlives the shard (the source map).
+  bool emit_borrowed(size_t tensor, const uint8_t* data, size_t n) {
     check_cancel(cancel_);
     Chunk c;
     c.tensor = tensor;
     c.n = n;
-    c.owned = std::move(owned);
-    c.data = c.owned.empty() ? data : c.owned.data();
+    c.data = data;
+    return queue_.push(std::move(c));
+  }
+  // A chunk that owns its bytes.
+  bool emit_owned(size_t tensor, std::vector<uint8_t>&& bytes) {
+    check_cancel(cancel_);
+    Chunk c;
+    c.tensor = tensor;
+    c.n = bytes.size();
+    c.owned = std::move(bytes);
+    c.data = c.owned.data();
     return queue_.push(std::move(c));
   }
 
@@ -128,14 +138,14 @@ class Producer {
         for (uint64_t off = 0; off < src.nbytes; off += kCopyChunk) {
           const size_t n = size_t(std::min<uint64_t>(kCopyChunk, src.nbytes - off));
           prefetch(src.data + off, n);
-          if (!emit(i, src.data + off, n)) return;
+          if (!emit_borrowed(i, src.data + off, n)) return;
         }
         return;
       }
       case OutputTensor::Kind::scalar: {
         std::vector<uint8_t> bytes(4);
         std::memcpy(bytes.data(), &t.value, 4);
-        emit(i, nullptr, 4, std::move(bytes));
+        emit_owned(i, std::move(bytes));
         return;
       }
       case OutputTensor::Kind::expert_weight:
@@ -144,7 +154,7 @@ class Producer {
       case OutputTensor::Kind::expert_scale:
         if (pending_scales_expert_ != t.expert)
           fail(shard_.file, ": tensor ", t.spec.name, " is planned before its weight");  // a plan bug
-        emit(i, nullptr, pending_scales_.size(), std::move(pending_scales_));
+        emit_owned(i, std::move(pending_scales_));
         pending_scales_ = {};
         pending_scales_expert_ = -1;
         return;
@@ -179,7 +189,7 @@ class Producer {
           /*grain=*/8);
       for (auto& err : errors)
         if (err) std::rethrow_exception(err);
-      if (!emit(i, nullptr, out.size(), std::move(out))) return;
+      if (!emit_owned(i, std::move(out))) return;
     }
     for (const auto& p : part) stats->merge(p);
   }
