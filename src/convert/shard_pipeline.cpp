@@ -90,6 +90,17 @@ void prefetch(const uint8_t* p, size_t n) {
   posix_madvise(reinterpret_cast<void*>(begin), end - begin, POSIX_MADV_WILLNEED);
 }
 
+// Drops the page mappings of a consumed range of the read-only source map:
+// without this the resident size would grow to the whole model over a
+// conversion. The data stays in the page cache and would simply fault in
+// again. Only pages entirely inside the range are dropped.
+void release(const uint8_t* p, size_t n) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(p) + page - 1) & ~(page - 1);
+  const uintptr_t end = (uintptr_t(p) + n) & ~(page - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 class Producer {
  public:
   Producer(const ConvertPlan& plan, const ShardPlan& shard, ThreadPool& pool, ChunkQueue& queue,
@@ -192,6 +203,10 @@ class Producer {
       if (!emit_owned(i, std::move(out))) return;
     }
     for (const auto& p : part) stats->merge(p);
+    const ExpertSource& src = e.source;
+    const int64_t elem = src.format == Format::bf16 ? 2 : src.format == Format::f32 ? 4 : 0;
+    release(src.data, size_t(elem ? rows * cols * elem : rows * cols / 2));
+    if (src.scales) release(src.scales, size_t(rows * cols / (src.format == Format::nvfp4 ? 16 : 32)));
   }
 
   const ConvertPlan& plan_;
@@ -228,6 +243,7 @@ ShardResult write_shard(const ConvertPlan& plan, const ShardPlan& shard, const s
         check_cancel(options.cancel);
         hash.update(c.data, c.n);
         writer.write(specs[c.tensor].name, c.data, c.n);
+        if (c.owned.empty()) release(c.data, c.n);  // a copy, straight from the source map
         if (options.on_written) options.on_written(c.n);
       }
     } catch (...) {
