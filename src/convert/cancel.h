@@ -1,6 +1,6 @@
 // Interruption of a long conversion. The command line turns SIGINT / SIGTERM
 // / SIGHUP into a number in an atomic flag; the converter polls it between
-// chunks (at most tens of MB apart) and unwinds with Interrupted, whose
+// chunks (at most 4 MB apart) and unwinds with Interrupted, whose
 // destructors remove everything half-written.
 #pragma once
 

@@ -12,12 +12,6 @@ constexpr uint64_t kMulB = 0xC2B2AE3D27D4EB4Full;  // a large odd constant with 
 
 inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
-inline uint64_t load_le64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);  // x86-64 is little-endian, which is the file order
-  return v;
-}
-
 // Final avalanche so that every input bit affects every digest bit.
 inline uint64_t mix(uint64_t h) {
   h ^= h >> 33;
@@ -30,11 +24,24 @@ inline uint64_t mix(uint64_t h) {
 
 }  // namespace
 
-void StreamHash::absorb_stripe(const uint8_t* p) {
-  for (int i = 0; i < 4; ++i) {
-    uint64_t w = load_le64(p + 8 * i);
-    lane_[i] = rotl(lane_[i] + w * kMulB, 31) * kMulA;
+void StreamHash::absorb(const uint8_t* p, size_t stripes) {
+  // Local copies let the compiler keep the sums in vector registers.
+  uint64_t a0 = a_[0], a1 = a_[1], a2 = a_[2], a3 = a_[3];
+  uint64_t b0 = b_[0], b1 = b_[1], b2 = b_[2], b3 = b_[3];
+  for (size_t s = 0; s < stripes; ++s, p += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p, 32);  // little-endian words, the file's byte order on x86-64
+    a0 += w[0];
+    a1 += w[1];
+    a2 += w[2];
+    a3 += w[3];
+    b0 += a0;
+    b1 += a1;
+    b2 += a2;
+    b3 += a3;
   }
+  a_[0] = a0, a_[1] = a1, a_[2] = a2, a_[3] = a3;
+  b_[0] = b0, b_[1] = b1, b_[2] = b2, b_[3] = b3;
 }
 
 void StreamHash::update(const void* data, size_t n) {
@@ -47,27 +54,31 @@ void StreamHash::update(const void* data, size_t n) {
     p += take;
     n -= take;
     if (tail_len_ < sizeof tail_) return;
-    absorb_stripe(tail_);
+    absorb(tail_, 1);
     tail_len_ = 0;
   }
-  while (n >= 32) {
-    absorb_stripe(p);
-    p += 32;
-    n -= 32;
-  }
+  absorb(p, n / 32);
+  p += n / 32 * 32;
+  n %= 32;
   std::memcpy(tail_, p, n);
   tail_len_ = n;
 }
 
 uint64_t StreamHash::digest() const {
-  uint64_t h = rotl(lane_[0], 1) + rotl(lane_[1], 7) + rotl(lane_[2], 12) + rotl(lane_[3], 18);
-  for (int i = 0; i < 4; ++i) h = (h ^ mix(lane_[i])) * kMulA + kMulB;
-  // The unfinished stripe, zero-padded; the length below tells the padding
-  // apart from real zero bytes.
-  uint8_t last[32] = {};
-  std::memcpy(last, tail_, tail_len_);
-  for (int i = 0; i < 4; ++i) h = rotl(h ^ mix(load_le64(last + 8 * i) + uint64_t(i)), 27) * kMulA;
-  return mix(h ^ length_);
+  // The unfinished stripe, zero-padded, goes in as one more stripe; the
+  // length tells the padding apart from real zero bytes.
+  StreamHash h = *this;
+  if (h.tail_len_ > 0) {
+    uint8_t last[32] = {};
+    std::memcpy(last, h.tail_, h.tail_len_);
+    h.absorb(last, 1);
+  }
+  uint64_t d = mix(length_ ^ kMulB);
+  for (int i = 0; i < 4; ++i) {
+    d = rotl(d ^ mix(h.a_[i] + uint64_t(i)), 23) * kMulA;
+    d = rotl(d ^ mix(h.b_[i] ^ kMulB), 29) * kMulA;
+  }
+  return mix(d);
 }
 
 }  // namespace nibble

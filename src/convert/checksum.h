@@ -1,14 +1,17 @@
 // A fast non-cryptographic 64-bit checksum of a byte stream, used by
 // `nibble convert` to check that what landed on disk is what it wrote: the
-// digest is taken while the shard is streamed out and again when the
-// finished file is read back. It guards against torn or misdirected writes
-// and bad media, not against an adversary.
+// digest is taken while a shard is streamed out and again when the finished
+// file is read back. It guards against torn, lost or misdirected writes and
+// bad media, not against an adversary.
 //
-// Four independent 64-bit lanes each absorb one 8-byte word of every
-// 32-byte stripe (multiply, rotate, multiply), so the multiplies pipeline
-// and the hash runs faster than memory bandwidth. The digest depends only on
-// the bytes and their order, never on how the stream was split into
-// update() calls.
+// Fletcher-style over 64-bit words in four lanes: per 32-byte stripe each
+// lane adds its word to a running sum a, and a to a second sum b, so b
+// weighs every word by its position and moved or swapped data changes it.
+// Adds only, so the compiler vectorizes it and the checksum runs several
+// times faster than memory bandwidth (the shard data is read twice per
+// conversion, so this is on the critical path). The digest depends only on
+// the bytes and their order, never on how the stream was split into update()
+// calls; a final mix spreads every sum bit over the digest.
 #pragma once
 
 #include <cstddef>
@@ -23,11 +26,11 @@ class StreamHash {
   uint64_t length() const { return length_; }
 
  private:
-  void absorb_stripe(const uint8_t* p);
+  void absorb(const uint8_t* p, size_t stripes);
 
-  uint64_t lane_[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull,
-                       0x082EFA98EC4E6C89ull};  // digits of pi: arbitrary, distinct
-  uint8_t tail_[32] = {};                       // bytes of an unfinished stripe
+  uint64_t a_[4] = {1, 2, 3, 4};  // running sums of the words of each lane
+  uint64_t b_[4] = {0, 0, 0, 0};  // running sums of a_: position-weighted
+  uint8_t tail_[32] = {};         // bytes of an unfinished stripe
   size_t tail_len_ = 0;
   uint64_t length_ = 0;
 };

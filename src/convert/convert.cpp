@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
+#include <set>
 #include <map>
 
 #include "checkpoint/checkpoint.h"
@@ -122,6 +124,7 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
   ThreadPool pool(std::max(1, opt.threads));
   std::map<std::string, std::string> weight_map;
   uint64_t index_total = 0;
+  std::future<void> verifying;  // the previous shard's read-back
   for (const auto& shard : plan.shards) {
     ShardPipelineOptions so;
     so.max_in_flight = opt.max_in_flight;
@@ -130,7 +133,13 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
       done += n;
       if (opt.on_progress) opt.on_progress({"write", done, total});
     };
-    ShardResult r = write_shard(plan, shard, (fs::path(staging.dir()) / shard.file).string(), pool, so, &stats);
+    const std::string path = (fs::path(staging.dir()) / shard.file).string();
+    ShardResult r = write_shard(plan, shard, path, pool, so, &stats);
+    // Read the shard back while the next one is written; one at a time.
+    if (verifying.valid()) verifying.get();
+    verifying = std::async(std::launch::async, [r, path, &shard] {
+      verify_shard(path, r.tensors, r.offsets, shard.metadata, r.file_bytes, r.digest);
+    });
     report.bytes_out += r.file_bytes;
     index_total += shard.data_bytes;
     for (const auto& t : shard.tensors) {
@@ -140,6 +149,7 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
     report.tensors_out += int64_t(shard.tensors.size());
     ++report.shards;
   }
+  if (verifying.valid()) verifying.get();
   // An index whenever the source had one or there is more than one shard.
   if (fs::exists(ck->file_path("model.safetensors.index.json")) || plan.shards.size() > 1)
     write_safetensors_index((fs::path(staging.dir()) / "model.safetensors.index.json").string(), index_total,

@@ -36,7 +36,7 @@ struct ConvertOptions {
   MtpExperts mtp = MtpExperts::auto_;
   bool force = false;                   // replace a non-empty DST (at the end)
   int threads = 2;                      // threads converting rows (the writer has its own)
-  size_t max_in_flight = size_t(256) << 20;  // bytes queued between converting and writing
+  size_t max_in_flight = size_t(16) << 20;  // bytes queued between converting and writing
   const std::atomic<int>* cancel = nullptr;  // a signal number here stops the conversion
   std::function<void(const ConvertProgress&)> on_progress;
 };
