@@ -1,0 +1,58 @@
+// A model folder as published on the Hub: config.json, optional
+// hf_quant_config.json and generation_config.json, and either one
+// model.safetensors or shards listed in model.safetensors.index.json.
+// Opening validates every shard header and the index against the shards;
+// the tensors stay memory-mapped.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+
+namespace nibble {
+
+class Checkpoint {
+ public:
+  // `path` is a model folder or a single .safetensors file. Throws
+  // nibble::Error naming the file (and tensor) for anything malformed.
+  static std::unique_ptr<Checkpoint> open(const std::string& path);
+
+  const std::string& path() const { return path_; }  // the folder (or the file)
+  bool is_folder() const { return is_folder_; }
+  const std::vector<std::unique_ptr<SafetensorsFile>>& shards() const { return shards_; }
+
+  // Every tensor, sorted by name.
+  const std::vector<const TensorInfo*>& tensors() const { return tensors_; }
+  const TensorInfo* find(std::string_view name) const;
+  // Like find, but a missing tensor is an error naming it and the folder.
+  const TensorInfo& get(std::string_view name) const;
+  uint64_t total_bytes() const { return total_bytes_; }
+
+  // Parsed JSON files; config() is an empty object when there is no config.json.
+  const nlohmann::json& config() const { return config_; }
+  const nlohmann::json* hf_quant_config() const { return has_hf_quant_ ? &hf_quant_ : nullptr; }
+  const nlohmann::json* generation_config() const { return has_generation_ ? &generation_ : nullptr; }
+  // Path of a file inside the folder ("tokenizer.json").
+  std::string file_path(const std::string& name) const;
+
+ private:
+  std::string path_;
+  bool is_folder_ = false;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::vector<const TensorInfo*> tensors_;
+  std::map<std::string, const TensorInfo*, std::less<>> by_name_;
+  uint64_t total_bytes_ = 0;
+  nlohmann::json config_ = nlohmann::json::object();
+  nlohmann::json hf_quant_, generation_;
+  bool has_hf_quant_ = false, has_generation_ = false;
+};
+
+// Reads a JSON file; errors name the file. Used for the configs.
+nlohmann::json read_json_file(const std::string& path);
+
+}  // namespace nibble

@@ -1,0 +1,398 @@
+#include "checkpoint/detect.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include <map>
+#include <optional>
+#include <set>
+
+#include "util/error.h"
+
+namespace nibble {
+
+using nlohmann::json;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_expert_weight(const std::string& base) {
+  return base.find(".experts.") != std::string::npos && base.find("shared_experts") == std::string::npos;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string json_str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return (it != j.end() && it->is_string()) ? it->get<std::string>() : "";
+}
+
+std::optional<Format> algo_format(const std::string& algo) {
+  std::string a = lower(algo);
+  if (a == "nvfp4") return Format::nvfp4;
+  if (a == "mxfp4") return Format::mxfp4;
+  if (a == "fp8" || a == "fp8_block" || a == "fp8_pb_wo") return Format::fp8_block128;
+  return std::nullopt;
+}
+
+// What the metadata files say, parsed once.
+struct Metadata {
+  // hf_quant_config.json (ModelOpt)
+  bool modelopt = false;
+  std::string modelopt_algo;                 // "MIXED_PRECISION", "NVFP4", "" (null)
+  std::map<std::string, std::string> layers; // quantized_layers: module -> algo
+  std::vector<std::string> excludes;         // exclude_modules globs
+  // config.json
+  std::string quant_method;                  // quantization_config.quant_method
+  std::string moe_quant_algo;                // quantization_config.moe_quant_algo
+  std::string expert_dtype;                  // top-level expert_dtype (DeepSeek-V4)
+  std::string fp8_desc;                      // "quant_method fp8, weight_block_size [128,128], scale_fmt ue8m0"
+  std::vector<Unsupported> unsupported;
+  std::string schema;
+};
+
+std::string schema_of_modelopt(const Metadata& m) {
+  if (m.modelopt_algo == "MIXED_PRECISION") return "ModelOpt current schema (quant_algo MIXED_PRECISION + quantized_layers)";
+  if (m.modelopt_algo.empty()) return "ModelOpt early schema (quant_algo null, per-module keys)";
+  return "ModelOpt (quant_algo " + m.modelopt_algo + ")";
+}
+
+Metadata read_metadata(const Checkpoint& ck) {
+  Metadata m;
+  const std::string cfg_path = ck.file_path("config.json");
+  if (const json* hq = ck.hf_quant_config()) {
+    const std::string path = ck.file_path("hf_quant_config.json");
+    if (!hq->is_object()) fail(path, ": not a JSON object");
+    auto q = hq->find("quantization");
+    const json& quant = (q != hq->end() && q->is_object()) ? *q : *hq;
+    m.modelopt = true;
+    m.modelopt_algo = json_str(quant, "quant_algo");
+    auto add_layers = [&](const json& obj) {
+      for (auto it = obj.begin(); it != obj.end(); ++it)
+        if (it->is_object() && it->contains("quant_algo") && (*it)["quant_algo"].is_string())
+          m.layers[it.key()] = (*it)["quant_algo"].get<std::string>();
+    };
+    if (auto ql = quant.find("quantized_layers"); ql != quant.end() && ql->is_object()) add_layers(*ql);
+    if (m.modelopt_algo.empty()) add_layers(quant);  // early schema may inline per-module keys
+    if (auto ex = quant.find("exclude_modules"); ex != quant.end() && ex->is_array())
+      for (const auto& e : *ex)
+        if (e.is_string()) m.excludes.push_back(e.get<std::string>());
+    std::string algo_u = lower(m.modelopt_algo);
+    if (!m.modelopt_algo.empty() && algo_u != "mixed_precision" && !algo_format(m.modelopt_algo))
+      m.unsupported.push_back({"ModelOpt quant_algo " + m.modelopt_algo, path + " quantization.quant_algo", ""});
+    for (const auto& [module, algo] : m.layers)
+      if (!algo_format(algo))
+        m.unsupported.push_back({"ModelOpt quant_algo " + algo, path + " quantized_layers", module});
+  }
+  const json& cfg = ck.config();
+  m.expert_dtype = json_str(cfg, "expert_dtype");
+  if (auto qc = cfg.find("quantization_config"); qc != cfg.end() && qc->is_object()) {
+    m.quant_method = lower(json_str(*qc, "quant_method"));
+    m.moe_quant_algo = json_str(*qc, "moe_quant_algo");
+    if (m.quant_method == "fp8") {
+      m.fp8_desc = "config.json quantization_config (quant_method fp8";
+      if (auto bs = qc->find("weight_block_size"); bs != qc->end()) m.fp8_desc += ", weight_block_size " + bs->dump();
+      if (auto sf = json_str(*qc, "scale_fmt"); !sf.empty()) m.fp8_desc += ", scale_fmt " + sf;
+      m.fp8_desc += ")";
+      if (auto bs = qc->find("weight_block_size");
+          bs != qc->end() && *bs != json::array({128, 128}))
+        m.unsupported.push_back({"fp8 with weight_block_size " + bs->dump(),
+                                 cfg_path + " quantization_config.weight_block_size", ""});
+    } else if (m.quant_method == "compressed-tensors") {
+      std::string fmt = json_str(*qc, "format");
+      m.unsupported.push_back({"compressed-tensors" + (fmt.empty() ? "" : " (" + fmt + ")"),
+                               cfg_path + " quantization_config.quant_method", ""});
+    } else if (m.quant_method == "modelopt") {
+      std::string algo = json_str(*qc, "quant_algo");
+      if (!algo_format(algo) && lower(algo) != "mixed_precision")
+        m.unsupported.push_back({"modelopt " + algo, cfg_path + " quantization_config.quant_algo", ""});
+    } else if (m.quant_method == "mxfp4") {
+      m.unsupported.push_back({"mxfp4 (gpt-oss layout: *_blocks / *_scales)",
+                               cfg_path + " quantization_config.quant_method", ""});
+    } else if (!m.quant_method.empty()) {
+      m.unsupported.push_back({m.quant_method, cfg_path + " quantization_config.quant_method", ""});
+    }
+    if (!m.moe_quant_algo.empty() && !algo_format(m.moe_quant_algo))
+      m.unsupported.push_back({"moe_quant_algo " + m.moe_quant_algo,
+                               cfg_path + " quantization_config.moe_quant_algo", ""});
+  }
+  if (!m.expert_dtype.empty() && m.expert_dtype != "fp4" && m.expert_dtype != "fp8" &&
+      m.expert_dtype != "bf16")
+    m.unsupported.push_back({"expert_dtype " + m.expert_dtype, cfg_path + " expert_dtype", ""});
+
+  if (m.modelopt) m.schema = schema_of_modelopt(m);
+  else if (m.quant_method == "fp8" && !m.expert_dtype.empty())
+    m.schema = "DeepSeek-V4 (fp8 quantization_config + expert_dtype " + m.expert_dtype + ")";
+  else if (!m.quant_method.empty()) m.schema = "quantization_config quant_method " + m.quant_method;
+  else m.schema = "none (unquantized)";
+  return m;
+}
+
+bool excluded(const Metadata& m, const std::string& base) {
+  for (const auto& pat : m.excludes) {
+    if (fnmatch(pat.c_str(), base.c_str(), 0) == 0) return true;
+    std::string w = base + ".weight";
+    if (fnmatch(pat.c_str(), w.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+struct Expectation {
+  std::optional<Format> format;
+  std::string provenance;
+};
+
+// What the metadata says a weight matrix stored in `stored` (its dtype class)
+// should be.
+Expectation expected(const Metadata& m, const std::string& base, bool fp8_stored) {
+  const bool expert = is_expert_weight(base);
+  if (m.modelopt && !excluded(m, base)) {
+    // Longest quantized_layers key that is the module itself or a parent of it.
+    std::string best;
+    for (const auto& [module, algo] : m.layers)
+      if ((base == module || base.rfind(module + ".", 0) == 0) && module.size() > best.size())
+        best = module;
+    const std::string src = "hf_quant_config.json, " + schema_of_modelopt(m);
+    if (!best.empty())
+      return {algo_format(m.layers.at(best)),
+              src + ": quantized_layers[\"" + best + "\"] = " + m.layers.at(best)};
+    if (auto f = algo_format(m.modelopt_algo)) return {f, src + ": quant_algo " + m.modelopt_algo};
+  }
+  if (expert && !m.moe_quant_algo.empty())
+    return {algo_format(m.moe_quant_algo), "config.json quantization_config.moe_quant_algo " + m.moe_quant_algo};
+  if (expert && !m.expert_dtype.empty()) {
+    std::optional<Format> f;
+    if (m.expert_dtype == "fp4") f = Format::mxfp4;
+    else if (m.expert_dtype == "fp8") f = Format::fp8_block128;
+    else if (m.expert_dtype == "bf16") f = Format::bf16;
+    return {f, "config.json expert_dtype \"" + m.expert_dtype + "\" (outside quantization_config)"};
+  }
+  if (m.quant_method == "fp8" && fp8_stored) return {Format::fp8_block128, m.fp8_desc};
+  return {};
+}
+
+const TensorInfo* sibling(const Checkpoint& ck, const std::string& base, const char* suffix) {
+  return ck.find(base + suffix);
+}
+
+void check_shape(const TensorInfo& t, std::vector<int64_t> want, const std::string& what) {
+  if (t.shape != want) {
+    TensorInfo w;
+    w.shape = want;
+    fail(t.file, ": tensor ", t.name, " has shape ", t.shape_str(), " but ", what, " needs ", w.shape_str());
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Classifies weight `base` from its stored tensors (rule 3 of checkpoints.md).
+// Returns false when the tensors form no format nibble knows.
+bool classify_weight(const Checkpoint& ck, const std::string& base, const TensorInfo& w,
+                     DetectedTensor* out, std::string* evidence) {
+  out->parts = {&w};
+  const TensorInfo* scale = sibling(ck, base, ".scale");
+  const TensorInfo* ws = sibling(ck, base, ".weight_scale");
+  const TensorInfo* ws2 = sibling(ck, base, ".weight_scale_2");
+  const TensorInfo* wsi = sibling(ck, base, ".weight_scale_inv");
+  const TensorInfo* in_scale = sibling(ck, base, ".input_scale");
+  if (w.shape.size() != 2) {
+    if (w.dtype == DType::BF16 || w.dtype == DType::F32) {
+      out->format = w.dtype == DType::BF16 ? Format::bf16 : Format::f32;
+      *evidence = std::string("dtype ") + dtype_name(w.dtype);
+      return true;
+    }
+    return false;
+  }
+  const int64_t rows = w.shape[0];
+  if ((w.dtype == DType::I8 || w.dtype == DType::U8) && scale && scale->dtype == DType::F8_E8M0) {
+    const int64_t cols = w.shape[1] * 2;
+    check_shape(*scale, {rows, ceil_div(cols, 32)}, "MXFP4 weight " + base + " " + w.shape_str());
+    out->format = Format::mxfp4;
+    out->parts.push_back(scale);
+    out->is_matrix = true;
+    out->rows = rows;
+    out->cols = cols;
+    *evidence = std::string(dtype_name(w.dtype)) + " packed FP4 + F8_E8M0 .scale per 32";
+    return true;
+  }
+  if ((w.dtype == DType::U8 || w.dtype == DType::I8) && ws && ws->dtype == DType::F8_E4M3 && ws2 &&
+      ws2->dtype == DType::F32) {
+    const int64_t cols = w.shape[1] * 2;
+    check_shape(*ws, {rows, ceil_div(cols, 16)}, "NVFP4 weight " + base + " " + w.shape_str());
+    if (ws2->numel() != 1) fail(ws2->file, ": tensor ", ws2->name, " must be a scalar, has shape ", ws2->shape_str());
+    out->format = Format::nvfp4;
+    out->parts.push_back(ws);
+    out->parts.push_back(ws2);
+    if (in_scale) out->parts.push_back(in_scale);
+    out->is_matrix = true;
+    out->rows = rows;
+    out->cols = cols;
+    *evidence = std::string(dtype_name(w.dtype)) + " packed FP4 + F8_E4M3 .weight_scale per 16 + F32 .weight_scale_2";
+    return true;
+  }
+  if (w.dtype == DType::F8_E4M3) {
+    const TensorInfo* s = scale ? scale : wsi;
+    if (!s || (s->dtype != DType::F8_E8M0 && s->dtype != DType::F32)) return false;
+    const int64_t cols = w.shape[1];
+    if (s->numel() == 1 && rows * cols > 1) return false;  // per-tensor FP8: not block-128
+    check_shape(*s, {ceil_div(rows, 128), ceil_div(cols, 128)}, "FP8 block-128 weight " + base + " " + w.shape_str());
+    out->format = Format::fp8_block128;
+    out->parts.push_back(s);
+    out->is_matrix = true;
+    out->rows = rows;
+    out->cols = cols;
+    *evidence = std::string("F8_E4M3 + ") + dtype_name(s->dtype) + " " + (scale ? ".scale" : ".weight_scale_inv") +
+                " per 128x128 tile";
+    return true;
+  }
+  if (w.dtype == DType::BF16 || w.dtype == DType::F32) {
+    out->format = w.dtype == DType::BF16 ? Format::bf16 : Format::f32;
+    out->is_matrix = true;
+    out->rows = rows;
+    out->cols = w.shape[1];
+    *evidence = std::string("dtype ") + dtype_name(w.dtype);
+    return true;
+  }
+  return false;
+}
+
+// Names that mark quantization layouts nibble recognises but cannot run.
+std::optional<std::string> unsupported_by_name(const std::string& name) {
+  if (ends_with(name, ".weight_packed")) return "compressed-tensors (pack-quantized)";
+  if (ends_with(name, ".qweight") || ends_with(name, ".qzeros") || ends_with(name, ".g_idx"))
+    return "gptq/awq packed int4";
+  if (ends_with(name, "_blocks")) return "mxfp4 (gpt-oss layout: *_blocks / *_scales)";
+  return std::nullopt;
+}
+
+uint64_t parts_bytes(const DetectedTensor& t) {
+  uint64_t b = 0;
+  for (const auto* p : t.parts) b += p->nbytes;
+  return b;
+}
+
+}  // namespace
+
+Detection detect_formats(const Checkpoint& ck) {
+  Detection det;
+  Metadata meta = read_metadata(ck);
+  det.metadata_schema = meta.schema;
+  det.unsupported = meta.unsupported;
+
+  std::set<std::string> consumed;
+  // Pass 1: weights and their scale siblings.
+  for (const TensorInfo* t : ck.tensors()) {
+    if (!ends_with(t->name, ".weight")) continue;
+    const std::string base = t->name.substr(0, t->name.size() - 7);
+    DetectedTensor d;
+    d.name = base;
+    std::string evidence;
+    if (!classify_weight(ck, base, *t, &d, &evidence)) {
+      d.parts = {t};
+      d.format = Format::int_index;
+      d.provenance = std::string("unsupported storage: ") + dtype_name(t->dtype) + " " + t->shape_str() +
+                     " without the scale tensors of a known format";
+      d.unsupported = std::string(dtype_name(t->dtype)) + " weight without known scales";
+      det.unsupported.push_back({d.unsupported, "tensors", t->name});
+    } else {
+      auto exp = expected(meta, base, t->dtype == DType::F8_E4M3);
+      if (exp.format && *exp.format != d.format) {
+        det.warnings.push_back(base + ": metadata says " + format_name(*exp.format) + " (" + exp.provenance +
+                               ") but the tensors are " + format_name(d.format) + " (" + evidence +
+                               "); using " + format_name(d.format));
+        d.provenance = "tensors: " + evidence + " (overrides " + exp.provenance + ")";
+      } else if (exp.format) {
+        d.provenance = exp.provenance + "; tensors agree: " + evidence;
+      } else {
+        d.provenance = "tensors: " + evidence;
+      }
+    }
+    if (d.is_matrix) d.params = uint64_t(d.rows) * uint64_t(d.cols);
+    else d.params = uint64_t(t->numel());
+    d.bytes = parts_bytes(d);
+    for (const auto* p : d.parts) consumed.insert(p->name);
+    det.tensors.push_back(std::move(d));
+  }
+  // Pass 2: everything else stands alone.
+  for (const TensorInfo* t : ck.tensors()) {
+    if (consumed.count(t->name)) continue;
+    DetectedTensor d;
+    d.name = t->name;
+    d.parts = {t};
+    d.params = uint64_t(t->numel());
+    d.bytes = t->nbytes;
+    for (const char* suffix : {".scale", ".weight_scale", ".weight_scale_2", ".weight_scale_inv", ".input_scale"}) {
+      if (ends_with(t->name, suffix)) {
+        std::string base = t->name.substr(0, t->name.size() - std::string(suffix).size());
+        if (!ck.find(base + ".weight"))
+          fail(t->file, ": tensor ", t->name, " is a scale with no weight (", base, ".weight is missing)");
+        fail(t->file, ": tensor ", t->name, " does not fit weight ", base, ".weight (",
+             dtype_name(ck.find(base + ".weight")->dtype), "): dtype ", dtype_name(t->dtype));
+      }
+    }
+    if (auto method = unsupported_by_name(t->name)) {
+      det.unsupported.push_back({*method, "tensor names", t->name});
+      d.unsupported = *method;
+      d.format = Format::int_index;
+      d.provenance = "unsupported: " + *method;
+    } else {
+      switch (t->dtype) {
+        case DType::BF16: d.format = Format::bf16; break;
+        case DType::F32: d.format = Format::f32; break;
+        case DType::I64: case DType::I32: case DType::U8: case DType::I8: case DType::U32:
+        case DType::I16: case DType::U16: case DType::U64: case DType::BOOL:
+          d.format = Format::int_index;
+          break;
+        default:
+          d.format = Format::int_index;
+          d.unsupported = std::string("standalone ") + dtype_name(t->dtype) + " tensor";
+          det.unsupported.push_back({d.unsupported, "tensors", t->name});
+      }
+      d.provenance = std::string("dtype ") + dtype_name(t->dtype);
+    }
+    det.tensors.push_back(std::move(d));
+  }
+  std::sort(det.tensors.begin(), det.tensors.end(),
+            [](const DetectedTensor& a, const DetectedTensor& b) { return a.name < b.name; });
+  return det;
+}
+
+WeightView weight_view(const DetectedTensor& t) {
+  if (!t.is_matrix) fail("tensor ", t.name, " is not a weight matrix");
+  WeightView v;
+  v.format = t.format;
+  v.rows = t.rows;
+  v.cols = t.cols;
+  v.name = t.name;
+  v.data = t.parts[0]->data;
+  switch (t.format) {
+    case Format::mxfp4:
+      v.scales = t.parts[1]->data;
+      break;
+    case Format::nvfp4: {
+      v.scales = t.parts[1]->data;
+      float g;
+      std::memcpy(&g, t.parts[2]->data, 4);
+      v.global_scale = g;
+      break;
+    }
+    case Format::fp8_block128:
+      v.scales = t.parts[1]->data;
+      v.fp8_scale = t.parts[1]->dtype == DType::F32 ? Fp8ScaleType::f32 : Fp8ScaleType::ue8m0;
+      break;
+    default:
+      break;
+  }
+  return v;
+}
+
+}  // namespace nibble

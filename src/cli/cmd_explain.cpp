@@ -1,0 +1,129 @@
+// `nibble explain MODEL_DIR`: the plan — every tensor group's format and
+// where it came from, the kernel chosen for it on the device and every
+// rejected alternative with its reason, bytes read per decoded token and the
+// bandwidth-bound tokens/s.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/detect.h"
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/human.h"
+#include "kernels/plan.h"
+#include "util/error.h"
+
+namespace nibble::cli {
+namespace {
+
+const std::vector<OptionSpec> kOptions = {
+    {"--device", "NAME", "plan for this device: host (default), cpu-avx2, cpu-avx512, sm_80, sm_90, sm_100, sm_120"},
+    {"--json", "", "print one JSON object instead of a table"},
+    {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
+    {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
+    {"--batch", "N", "tokens per decode step to plan for (default 1)"},
+    {"--threads", "N", "CPU threads (default: all)"},
+    {"--bandwidth", "GBPS", "memory bandwidth to assume instead of measuring it (host) or the nominal one"},
+};
+
+nlohmann::json plan_json(const Plan& plan) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& g : plan.groups) {
+    nlohmann::json j = {{"group", g.group},        {"format", format_name(g.format)},
+                        {"tensors", g.tensors},    {"bytes", g.bytes},
+                        {"params", g.params},      {"bytes_per_token", g.bytes_per_token},
+                        {"provenance", g.provenance}};
+    nlohmann::json rejected = nlohmann::json::array();
+    if (g.has_op) {
+      j["op"] = op_name(g.op);
+      j["kernel"] = g.selection.chosen ? nlohmann::json(g.selection.chosen->name) : nlohmann::json(nullptr);
+      if (g.selection.chosen) {
+        j["kernel_units"] = g.selection.chosen->units;
+        j["why"] = g.selection.why;
+        j["est_ms"] = g.selection.cost_s * 1e3;
+      }
+      for (const auto& r : g.selection.rejected) rejected.push_back({{"kernel", r.kernel}, {"reason", r.reason}});
+    } else {
+      j["kernel"] = nullptr;
+    }
+    j["rejected"] = rejected;
+    if (!g.note.empty()) j["note"] = g.note;
+    groups.push_back(j);
+  }
+  const Device& d = plan.device;
+  return {
+      {"model", {{"architecture", plan.architecture}, {"params", plan.params}, {"layers", plan.layers},
+                 {"metadata_schema", plan.metadata_schema}}},
+      {"device", {{"name", d.name}, {"kind", d.kind == DeviceKind::cpu ? "cpu" : "cuda"},
+                  {"hypothetical", d.hypothetical}, {"description", d.description}, {"cores", d.cores},
+                  {"sm", d.sm}, {"bandwidth_gbps", d.bandwidth_gbps}, {"bandwidth_source", d.bandwidth_source}}},
+      {"groups", groups},
+      {"bytes_per_token", plan.bytes_per_token},
+      {"bound_tokens_per_s", plan.bound_tokens_per_s},
+      {"warnings", plan.warnings},
+  };
+}
+
+void print_plan(const std::string& path, const Plan& plan) {
+  const Device& d = plan.device;
+  std::printf("model     %s\n          %s, %lld layers, %s parameters\n", path.c_str(),
+              plan.architecture.empty() ? "(no architecture in config.json)" : plan.architecture.c_str(),
+              (long long)plan.layers, human_count(double(plan.params)).c_str());
+  std::printf("metadata  %s\n", plan.metadata_schema.c_str());
+  std::printf("device    %s%s: %s\n          %d %s, %.1f GB/s read bandwidth (%s)\n\n", d.name.c_str(),
+              d.hypothetical ? " (hypothetical)" : "", d.description.c_str(), d.cores,
+              d.kind == DeviceKind::cpu ? "threads" : "SMs", d.bandwidth_gbps, d.bandwidth_source.c_str());
+  std::printf("%-26s %-13s %8s %11s %11s  %s\n", "group", "format", "tensors", "bytes", "per token", "kernel");
+  for (const auto& g : plan.groups) {
+    std::string kernel = g.has_op ? (g.selection.chosen ? std::string(g.selection.chosen->name) + " (" + op_name(g.op) + ")"
+                                                        : std::string("NONE (") + op_name(g.op) + ")")
+                                  : "-";
+    std::printf("%-26s %-13s %8lld %11s %11s  %s\n", g.group.c_str(), format_name(g.format), (long long)g.tensors,
+                human_bytes(double(g.bytes)).c_str(), human_bytes(double(g.bytes_per_token)).c_str(), kernel.c_str());
+    std::printf("    from: %s\n", g.provenance.c_str());
+    if (g.has_op && g.selection.chosen) std::printf("    why:  %s\n", g.selection.why.c_str());
+    for (const auto& r : g.selection.rejected) std::printf("    not %s: %s\n", r.kernel.c_str(), r.reason.c_str());
+    if (!g.note.empty()) std::printf("    note: %s\n", g.note.c_str());
+  }
+  std::printf("\ndecode reads %s of weights per token -> at most %.2f tokens/s at %.1f GB/s\n",
+              human_bytes(double(plan.bytes_per_token)).c_str(), plan.bound_tokens_per_s, d.bandwidth_gbps);
+  for (const auto& w : plan.warnings) std::printf("warning: %s\n", w.c_str());
+}
+
+int run_explain(const std::vector<std::string>& argv) {
+  ParsedArgs args = parse_args(argv, kOptions);
+  const std::string usage = "nibble explain MODEL_DIR [--device NAME] [--json] [options]";
+  if (args.help) {
+    std::cout << format_help(usage,
+                             "Shows how nibble would run a model: the format of every tensor group and\n"
+                             "where that was decided (hf_quant_config.json, config.json, the tensors),\n"
+                             "the kernel chosen for each op on the device with every rejected\n"
+                             "alternative and its reason, the weight bytes one decoded token reads, and\n"
+                             "the tokens/s that memory bandwidth allows. With --device it plans for a\n"
+                             "named device instead of this machine.",
+                             kOptions);
+    return 0;
+  }
+  if (args.positional.size() != 1) fail("expected one MODEL_DIR (usage: ", usage, ")");
+  int threads = int(args.integer("--threads", 0, 0, 4096));
+  double bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
+  PlanOptions opt;
+  opt.moe_backend = args.str("--moe-backend", "auto");
+  opt.linear_backend = args.str("--linear-backend", "auto");
+  opt.batch = args.integer("--batch", 1, 1, 1 << 20);
+
+  auto ck = Checkpoint::open(args.positional[0]);
+  Detection det = detect_formats(*ck);
+  Device device = named_device(args.str("--device", "host"), threads, bandwidth);
+  Plan plan = make_plan(*ck, det, device, opt);
+  if (args.has("--json")) std::cout << plan_json(plan).dump(2) << "\n";
+  else print_plan(ck->path(), plan);
+  return 0;
+}
+
+RegisterCommand reg({"explain", "show formats, chosen kernels (and rejected ones), bytes/token for a model",
+                     run_explain});
+
+}  // namespace
+}  // namespace nibble::cli
