@@ -1,0 +1,43 @@
+// Small numeric building blocks shared by the model files: a weight matrix
+// bound to the kernel the plan chose for it, row slices of weight views, and
+// the f32 elementwise ops (RMSNorm, SiLU, softmax) whose exact order of
+// operations follows Hugging Face's fp32 implementation.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kernels/linear.h"
+#include "kernels/weights.h"
+
+namespace nibble {
+
+class ThreadPool;
+
+// A weight matrix W[out, in] and the linear kernel that multiplies by it.
+struct BoundLinear {
+  WeightView w;
+  LinearFn fn = nullptr;
+
+  int64_t rows() const { return w.rows; }
+  int64_t cols() const { return w.cols; }
+  // y[n, rows] = x[n, cols] · W^T
+  void run(const float* x, int64_t n, float* y, ThreadPool* pool) const { fn(w, x, n, y, pool); }
+};
+
+// Rows [r0, r0 + count) of `w` as a view of their own, when the format can
+// express it without a copy (FP8 block-128 needs r0 to start a 128-row tile).
+std::optional<WeightView> row_slice(const WeightView& w, int64_t r0, int64_t count);
+
+// x[n, dim] -> y = x * rsqrt(mean(x^2) + eps) * weight (weight may be null:
+// the unweighted norm). x and y may alias.
+void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, double eps, float* y);
+
+// In place softmax over v[n] (f32 like HF's softmax(dtype=float32)).
+void softmax_inplace(float* v, int64_t n);
+
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace nibble

@@ -1,0 +1,41 @@
+// DeepSeek-V4 forward vs Hugging Face transformers: every fixture's logits
+// (full forward from position 0) must match the oracle within 1e-4 of the
+// position's largest |logit|, with the same argmax wherever the oracle's
+// top-2 gap exceeds that tolerance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fixture_util.h"
+
+namespace nibble {
+namespace {
+
+constexpr double kRelTol = 1e-4;
+
+class DeepseekV4Hf : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeepseekV4Hf, FullForwardMatchesTransformers) {
+  const std::string name = GetParam();
+  auto model = load_model(test::fixture_dir(name), test::test_load_options());
+  test::Expected exp = test::load_expected(name);
+  ASSERT_EQ(model->vocab_size(), exp.vocab);
+  for (size_t i = 0; i < exp.sequences.size(); ++i) {
+    const auto& seq = exp.sequences[i];
+    const int64_t n = int64_t(seq.tokens.size());
+    std::vector<float> logits(size_t(n * exp.vocab));
+    auto st = model->new_state();
+    model->forward(*st, seq.tokens, logits.data(), /*all_logits=*/true);
+    EXPECT_EQ(st->position(), n);
+    test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, kRelTol);
+    std::printf("[ %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(), i,
+                (long long)n, c.max_err, (long long)c.worst_position);
+    EXPECT_LE(c.max_err, kRelTol) << name << " sequence " << i << " worst position " << c.worst_position;
+    EXPECT_EQ(c.argmax_mismatches, 0) << name << " sequence " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Hf, ::testing::ValuesIn(test::dsv4_fixtures()));
+
+}  // namespace
+}  // namespace nibble
