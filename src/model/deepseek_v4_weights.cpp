@@ -227,7 +227,8 @@ CompressorWeights bind_compressor(const Binder& b, const std::string& prefix, in
   w.dim = dim;
   w.overlap = overlap;
   const int64_t width = w.width();
-  const std::string why = overlap ? "2 x entry width, hidden_size" : "entry width x hidden_size";
+  const std::string why = std::string(overlap ? "compressed_sparse_attention layer: 2*" : "heavily_compressed_attention layer: ") +
+                          (prefix.find("indexer") != std::string::npos ? "index_head_dim" : "head_dim") + " x hidden_size";
   w.wkv = b.linear(prefix + "wkv", width, c.hidden, why);
   w.wgate = b.linear(prefix + "wgate", width, c.hidden, why);
   w.ape = b.mat(prefix + "ape", ratio, width, "compress ratio x compressor width");
