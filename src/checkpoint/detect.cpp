@@ -243,8 +243,7 @@ bool classify_weight(const Checkpoint& ck, const std::string& base, const Tensor
     const TensorInfo* s = scale ? scale : wsi;
     if (!s || (s->dtype != DType::F8_E8M0 && s->dtype != DType::F32)) return false;
     const int64_t cols = w.shape[1];
-    // A per-tensor FP8 scale is rank 0/1; a [1, 1] scale is one 128x128 tile of a small weight.
-    if (s->shape.size() != 2) return false;
+    if (s->shape.size() != 2) return false;  // a scalar scale is per-tensor FP8, not block-128
     check_shape(*s, {ceil_div(rows, 128), ceil_div(cols, 128)}, "FP8 block-128 weight " + base + " " + w.shape_str());
     out->format = Format::fp8_block128;
     out->parts.push_back(s);

@@ -1,7 +1,6 @@
 #include "kernels/plan.h"
 
 #include <map>
-#include <regex>
 #include <set>
 #include <tuple>
 
@@ -15,11 +14,39 @@ namespace {
 
 bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Replaces the number after each `word` ("layers.") with `letter`.
+std::string fold_after(const std::string& s, const std::string& word, const char* letter) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s.compare(i, word.size(), word) == 0 && i + word.size() < s.size() && is_digit(s[i + word.size()])) {
+      out += word + letter;
+      i += word.size();
+      while (i < s.size() && is_digit(s[i])) ++i;
+    } else {
+      out += s[i++];
+    }
+  }
+  return out;
+}
+
 // "layers.12.ffn.experts.7.w1" -> "layers.N.ffn.experts.E.w1": provenance is
 // the same for every layer and expert of a group once numbers are folded.
 std::string fold_indices(const std::string& s) {
-  static const std::regex layer(R"(layers\.\d+)"), expert(R"(experts\.\d+)");
-  return std::regex_replace(std::regex_replace(s, layer, "layers.N"), expert, "experts.E");
+  return fold_after(fold_after(s, "layers.", "N"), "experts.", "E");
+}
+
+// The number right after `word` in `name` ("layers." in "layers.3.attn"), or -1.
+int64_t index_after(const std::string& name, const std::string& word, bool at_start) {
+  size_t pos = name.find(word);
+  if (pos == std::string::npos || (at_start && pos != 0)) return -1;
+  size_t i = pos + word.size();
+  if (i >= name.size() || !is_digit(name[i])) return -1;
+  int64_t v = 0;
+  while (i < name.size() && is_digit(name[i]) && v < (int64_t(1) << 40)) v = v * 10 + (name[i++] - '0');
+  return v;
 }
 
 int64_t config_int(const json& cfg, std::initializer_list<const char*> keys, int64_t fallback) {
@@ -32,18 +59,11 @@ int64_t config_int(const json& cfg, std::initializer_list<const char*> keys, int
 
 // Index after "layers." in a main-model tensor name, or -1.
 int64_t layer_index(const std::string& name) {
-  static const std::regex re(R"(^(?:model\.)?layers\.(\d+)\.)");
-  std::smatch m;
-  if (!std::regex_search(name, m, re)) return -1;
-  return std::stoll(m[1].str());
+  int64_t i = index_after(name, "layers.", true);
+  return i >= 0 ? i : index_after(name, "model.layers.", true);
 }
 
-int64_t expert_index(const std::string& name) {
-  static const std::regex re(R"(\.experts\.(\d+)\.)");
-  std::smatch m;
-  if (!std::regex_search(name, m, re)) return -1;
-  return std::stoll(m[1].str());
-}
+int64_t expert_index(const std::string& name) { return index_after(name, ".experts.", false); }
 
 // config.json must agree with the tensors on the dimensions explain reports.
 void check_config(const Checkpoint& ck, const Detection& det) {

@@ -1,0 +1,87 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "util/error.h"
+
+namespace nibble {
+
+int32_t argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return int32_t(best);
+}
+
+Sampler::Sampler(const SamplerConfig& c) : config_(c), state_(c.seed) {
+  if (!(c.temperature >= 0) || !std::isfinite(c.temperature)) fail("--temp must be >= 0, got ", c.temperature);
+  if (c.top_k < 0) fail("--top-k must be >= 0, got ", c.top_k);
+  if (!(c.top_p > 0 && c.top_p <= 1)) fail("--top-p must be in (0, 1], got ", c.top_p);
+  if (!(c.min_p >= 0 && c.min_p <= 1)) fail("--min-p must be in [0, 1], got ", c.min_p);
+}
+
+double Sampler::next_uniform() {
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * (1.0 / 9007199254740992.0);  // 53 random bits
+}
+
+std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logits, int64_t vocab) const {
+  std::vector<std::pair<int32_t, double>> out;
+  if (config_.temperature == 0) {
+    out.push_back({argmax(logits, vocab), 1.0});
+    return out;
+  }
+  // Candidates sorted by logit, highest first (stable: lower id first on ties).
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  size_t keep = ids.size();
+  if (config_.top_k > 0) {
+    // Like HF, ties with the k-th logit are kept too.
+    size_t k = std::min<size_t>(size_t(config_.top_k), keep);
+    float kth = logits[ids[k - 1]];
+    while (k < keep && logits[ids[k]] == kth) ++k;
+    keep = k;
+  }
+  const double inv_t = 1.0 / config_.temperature;
+  const double top = double(logits[ids[0]]) * inv_t;
+  std::vector<double> p(keep);
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += (p[i] = std::exp(double(logits[ids[i]]) * inv_t - top));
+  for (auto& v : p) v /= sum;
+  if (config_.top_p < 1) {
+    // Smallest prefix whose mass reaches top_p (always at least one token).
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep && mass < config_.top_p) mass += p[n++];
+    keep = std::max<size_t>(n, 1);
+  }
+  if (config_.min_p > 0) {
+    double floor = config_.min_p * p[0];
+    size_t n = 0;
+    while (n < keep && p[n] >= floor) ++n;
+    keep = std::max<size_t>(n, 1);
+  }
+  sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += p[i];
+  for (size_t i = 0; i < keep; ++i) out.push_back({ids[i], p[i] / sum});
+  return out;
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab) {
+  if (config_.temperature == 0) return argmax(logits, vocab);
+  auto dist = distribution(logits, vocab);
+  double u = next_uniform(), acc = 0;
+  for (const auto& [id, prob] : dist) {
+    acc += prob;
+    if (u < acc) return id;
+  }
+  return dist.back().first;
+}
+
+}  // namespace nibble

@@ -1,0 +1,48 @@
+// Helpers for the CLI tests: run the nibble binary, and write small raw
+// safetensors files (including deliberately broken ones) into temp folders.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace nibble::testing {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs NIBBLE_BINARY with `args` (each shell-quoted).
+RunResult run_nibble(const std::vector<std::string>& args);
+
+// A fresh empty folder under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string str(const std::string& child = "") const;
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct RawTensor {
+  std::string name;
+  std::string dtype;          // "BF16"
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  // exactly numel * size, unless testing a mismatch
+};
+
+// Writes a safetensors file: tensors laid out in order. `header_override`,
+// when non-empty, replaces the JSON header text verbatim.
+void write_safetensors(const std::string& path, const std::vector<RawTensor>& tensors,
+                       const std::string& header_override = "");
+RawTensor random_tensor(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+                        uint32_t seed);
+void write_text(const std::string& path, const std::string& text);
+
+}  // namespace nibble::testing

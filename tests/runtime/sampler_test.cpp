@@ -1,0 +1,99 @@
+// The sampler against Hugging Face's logits warpers (fixture from
+// tools/gen_sampler_fixtures.py), and sample() against its own distribution
+// by frequency counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "runtime/sampler.h"
+#include "util/error.h"
+
+namespace nibble {
+namespace {
+
+nlohmann::json load_cases() {
+  std::ifstream in(NIBBLE_SOURCE_DIR "/tests/fixtures/sampler/cases.json");
+  return nlohmann::json::parse(in);
+}
+
+SamplerConfig config_of(const nlohmann::json& c, uint64_t seed = 0) {
+  SamplerConfig s;
+  s.temperature = c["temperature"].get<float>();
+  s.top_k = c["top_k"].get<int64_t>();
+  s.top_p = c["top_p"].get<float>();
+  s.min_p = c["min_p"].get<float>();
+  s.seed = seed;
+  return s;
+}
+
+TEST(Sampler, DistributionMatchesTransformersWarpers) {
+  auto cases = load_cases();
+  ASSERT_GE(cases.size(), 30u);
+  for (const auto& c : cases) {
+    std::vector<float> logits = c["logits"].get<std::vector<float>>();
+    std::vector<double> want = c["probs"].get<std::vector<double>>();
+    Sampler s(config_of(c));
+    std::vector<double> got(logits.size(), 0.0);
+    for (const auto& [id, p] : s.distribution(logits.data(), int64_t(logits.size()))) got[size_t(id)] = p;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6) << "token " << i << " of case " << c.dump().substr(0, 80);
+  }
+}
+
+TEST(Sampler, SampleFrequenciesFollowTheDistribution) {
+  auto cases = load_cases();
+  const auto& c = cases[3];  // top-p case
+  std::vector<float> logits = c["logits"].get<std::vector<float>>();
+  Sampler s(config_of(c, 42));
+  auto dist = s.distribution(logits.data(), int64_t(logits.size()));
+  const int n = 20000;
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < n; ++i) counts[s.sample(logits.data(), int64_t(logits.size()))]++;
+  // Pearson chi-square against the expected counts; the 0.999 quantile for
+  // <= 10 degrees of freedom is below 30.
+  double chi2 = 0;
+  for (const auto& [id, p] : dist) {
+    double expect = p * n;
+    double d = counts[id] - expect;
+    chi2 += d * d / expect;
+    counts.erase(id);
+  }
+  EXPECT_TRUE(counts.empty()) << "sampled a filtered token";
+  EXPECT_LT(chi2, 30.0);
+}
+
+TEST(Sampler, SeedMakesItReproducible) {
+  std::vector<float> logits = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f};
+  SamplerConfig cfg;
+  cfg.seed = 7;
+  Sampler a(cfg), b(cfg);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(a.sample(logits.data(), 5), b.sample(logits.data(), 5));
+}
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
+  std::vector<float> logits = {1, 5, 3, 5, 2};
+  SamplerConfig cfg;
+  cfg.temperature = 0;
+  Sampler s(cfg);
+  EXPECT_EQ(s.sample(logits.data(), 5), 1);
+}
+
+TEST(Sampler, BadSettingsNameTheFlag) {
+  SamplerConfig cfg;
+  cfg.top_p = 0;
+  EXPECT_THROW(Sampler{cfg}, Error);
+  cfg = {};
+  cfg.temperature = -1;
+  try {
+    Sampler s(cfg);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--temp"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace nibble
