@@ -48,6 +48,10 @@ OUT = ROOT / "tests" / "fixtures" / "dsv4"
 # (~1e-6 relative); a gap far above that means both pick the same set.
 MIN_REL_MARGIN = 2e-5
 
+# Greedy-generation oracle: prompt length and new tokens.
+GREEDY_PROMPT = 20
+GREEDY_NEW = 24
+
 # --------------------------------------------------------------------------------------
 # Fixture definitions
 # --------------------------------------------------------------------------------------
@@ -407,6 +411,22 @@ def run_fixture(fx: dict, seed: int) -> dict:
     decode_diff = float((dec - full).abs().max())
     scale = float(full.abs().max())
 
+    # Greedy generation (HF generate, its own cache) from a prefix of the longest sequence.
+    prompt = toks[:GREEDY_PROMPT]
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([prompt]), max_new_tokens=GREEDY_NEW, do_sample=False,
+                             eos_token_id=cfg["eos_token_id"], pad_token_id=cfg["eos_token_id"],
+                             output_scores=True, return_dict_in_generate=True)
+    continuation = gen.sequences[0, len(prompt):].tolist()
+    gaps = []
+    for sc in gen.scores:
+        top = torch.topk(sc[0].float(), 2).values
+        gaps.append(float((top[0] - top[1]) / sc[0].abs().max()))
+    greedy = {"prompt": prompt, "continuation": continuation, "eos_token_id": cfg["eos_token_id"],
+              "max_new_tokens": GREEDY_NEW, "min_rel_top2_gap": min(gaps)}
+    if min(gaps) < 1e-3:
+        raise MarginError(f"{name} seed {seed}: greedy path has a near-tie ({min(gaps):.3g})")
+
     if probe.router < MIN_REL_MARGIN or probe.indexer < MIN_REL_MARGIN:
         raise MarginError(f"{name} seed {seed}: top-k margin too small (router {probe.router:.3g}, "
                           f"indexer {probe.indexer:.3g})")
@@ -427,6 +447,7 @@ def run_fixture(fx: dict, seed: int) -> dict:
         "mlp_layer_types": config.mlp_layer_types,
         "logits_format": "little-endian f32 [n_tokens][vocab_size], full forward from position 0",
         "sequences": entries,
+        "greedy": greedy,
         "checks": {
             "min_router_rel_margin": probe.router,
             "min_indexer_rel_margin": probe.indexer,

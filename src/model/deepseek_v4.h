@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ class DeepseekV4Model : public Model {
   void forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits) const override;
 
  private:
+  // One chunk of at most max_chunk_ tokens; logits (if not null) of rows [first, n).
+  void forward_chunk(DeepseekV4State& st, std::span<const int32_t> tokens, int64_t first, float* logits) const;
+
   std::string arch_ = "DeepseekV4ForCausalLM";
   std::unique_ptr<Checkpoint> ck_;  // owns the memory maps every view points into
   Plan plan_;
@@ -55,6 +59,8 @@ class DeepseekV4Model : public Model {
   RopeTable rope_main_, rope_compress_;
   HcShape hc_;
   AttentionShape attn_;
+  int64_t max_chunk_ = 256;
+  mutable std::mutex mu_;           // forward() uses pool_ and is not reentrant
   mutable ThreadPool pool_;
 };
 

@@ -75,7 +75,7 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
   // Attention per (token, head).
   std::vector<float> o(size_t(n * H * d));
   const float scale = 1.0f / std::sqrt(float(d));
-  auto job = [&](int64_t i0, int64_t i1, int) {
+  pool_for(pool, n * H, 1, [&](int64_t i0, int64_t i1) {
     std::vector<const float*> kp;
     std::vector<float> logit;
     std::vector<double> acc(static_cast<size_t>(d));
@@ -109,9 +109,7 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
       float* oh = o.data() + (t * H + h) * d;
       for (int64_t c = 0; c < d; ++c) oh[c] = float(acc[size_t(c)] / denom);
     }
-  };
-  if (pool) pool->parallel_for(n * H, job, 1);
-  else job(0, n * H, 0);
+  });
 
   // V carried RoPE: rotate the output back by the query's angle.
   for (int64_t t = 0; t < n; ++t) rope.apply(o.data() + t * H * d, H, d, p0 + t, /*inverse=*/true);

@@ -18,42 +18,64 @@ void indexer_forward(const IndexerWeights& w, const RopeTable& rope, double rms_
   const float softmax_scale = 1.0f / std::sqrt(float(d));
   const float weights_scale = 1.0f / std::sqrt(float(H));
 
+  for (int64_t t = 0; t < n; ++t) rope.apply(q.data() + t * H * d, H, d, p0 + t, /*inverse=*/false);
+
+  // I(t, s) for entries [s0, s1) of query t.
+  auto score_range = [&](int64_t t, int64_t s0, int64_t s1, float* score) {
+    const float* qt = q.data() + t * H * d;
+    for (int64_t s = s0; s < s1; ++s) {
+      const float* key = st.entries.data() + s * d;
+      float acc = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        const float* qh = qt + h * d;
+        float dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += qh[i] * key[i];
+        acc += std::max(dot, 0.0f) * softmax_scale * (hw[size_t(t * H + h)] * weights_scale);
+      }
+      score[s] = acc;
+    }
+  };
   out.topk = w.topk;
   out.entries.assign(size_t(n * w.topk), -1);
   out.count.assign(size_t(n), 0);
-  auto job = [&](int64_t t0, int64_t t1, int) {
+  // Top k by score; equal scores keep the lower index (deterministic).
+  auto select = [&](int64_t t, int64_t visible, const float* score, std::vector<int32_t>& order) {
+    const int64_t k = std::min(w.topk, visible);
+    order.resize(size_t(visible));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return score[a] != score[b] ? score[a] > score[b] : a < b;
+    });
+    std::copy(order.begin(), order.begin() + k, out.entries.begin() + t * w.topk);
+    out.count[size_t(t)] = int32_t(k);
+  };
+  auto visible_of = [&](int64_t t) { return std::min((p0 + t + 1) / m, total); };
+
+  if (!pool || n >= 2 * int64_t(pool->size())) {
+    // Many queries (prefill): one query per task.
+    pool_for(pool, n, 1, [&](int64_t t0, int64_t t1) {
+      std::vector<float> score;
+      std::vector<int32_t> order;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t visible = visible_of(t);
+        if (visible == 0) continue;
+        score.resize(size_t(visible));
+        score_range(t, 0, visible, score.data());
+        select(t, visible, score.data(), order);
+      }
+    });
+  } else {
+    // Few queries (decode): split each query's entries over the threads.
     std::vector<float> score;
     std::vector<int32_t> order;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t pos = p0 + t;
-      const int64_t visible = std::min((pos + 1) / m, total);
-      const int64_t k = std::min(w.topk, visible);
-      if (k == 0) continue;
-      float* qt = q.data() + t * H * d;
-      rope.apply(qt, H, d, pos, /*inverse=*/false);
-      score.assign(size_t(visible), 0.0f);
-      for (int64_t s = 0; s < visible; ++s) {
-        const float* key = st.entries.data() + s * d;
-        float acc = 0;
-        for (int64_t h = 0; h < H; ++h) {
-          const float* qh = qt + h * d;
-          float dot = 0;
-          for (int64_t i = 0; i < d; ++i) dot += qh[i] * key[i];
-          acc += std::max(dot, 0.0f) * softmax_scale * (hw[size_t(t * H + h)] * weights_scale);
-        }
-        score[size_t(s)] = acc;
-      }
-      order.resize(size_t(visible));
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-        return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
-      });
-      std::copy(order.begin(), order.begin() + k, out.entries.begin() + t * w.topk);
-      out.count[size_t(t)] = int32_t(k);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t visible = visible_of(t);
+      if (visible == 0) continue;
+      score.resize(size_t(visible));
+      pool_for(pool, visible, 64, [&](int64_t s0, int64_t s1) { score_range(t, s0, s1, score.data()); });
+      select(t, visible, score.data(), order);
     }
-  };
-  if (pool) pool->parallel_for(n, job, 1);
-  else job(0, n, 0);
+  }
 }
 
 }  // namespace nibble

@@ -295,7 +295,9 @@ BlockWeights bind_block(const Binder& b, const std::string& p, AttnKind kind, bo
   if (hash) w.tid2eid = b.tid2eid(p + "ffn.gate.tid2eid", "hash-routed layer (num_hash_layers / mlp_layer_types)");
   else w.gate_bias = b.vec(p + "ffn.gate.bias", c.n_experts, "score-routed layer: n_routed_experts");
   m.scoring = c.scoring;
-  m.norm_topk_prob = c.norm_topk_prob;
+  // HF's V4 routers (and the official Gate) renormalise the selected weights
+  // for every non-softmax scoring function, whatever norm_topk_prob says.
+  m.norm_topk_prob = c.scoring == ScoringFunc::softmax ? c.norm_topk_prob : true;
   m.routed_scaling = float(c.routed_scaling);
   m.swiglu_limit = float(c.swiglu_limit);
   for (int64_t e = 0; e < c.n_experts; ++e) m.experts.push_back(bind_expert(b, p + "ffn.experts." + std::to_string(e) + "."));

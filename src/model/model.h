@@ -24,6 +24,9 @@ struct LoadOptions {
   int threads = 0;              // <= 0: all hardware threads
   double bandwidth_gbps = 0;    // > 0: skip the bandwidth measurement and assume this
   PlanOptions plan;             // --moe-backend / --linear-backend overrides
+  // Longest run of tokens one forward step processes; longer prompts are fed
+  // in chunks of this size, which bounds activation memory (same logits).
+  int64_t max_chunk_tokens = 256;
 };
 
 // Per-sequence state: caches and position. Created by Model::new_state().
@@ -47,7 +50,8 @@ class Model {
 
   virtual std::unique_ptr<ModelState> new_state() const = 0;
 
-  // Feeds `tokens` at state.position() and advances the state. When
+  // Feeds `tokens` at state.position() and advances the state. One forward
+  // runs at a time per model (calls from several threads are serialised). When
   // `logits` is not null it receives f32 logits: [tokens.size()][vocab] if
   // all_logits, else [vocab] for the last token only. Throws nibble::Error
   // for a token id outside the vocabulary (naming its index) or a state of

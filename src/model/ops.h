@@ -11,10 +11,9 @@
 
 #include "kernels/linear.h"
 #include "kernels/weights.h"
+#include "runtime/thread_pool.h"
 
 namespace nibble {
-
-class ThreadPool;
 
 // A weight matrix W[out, in] and the linear kernel that multiplies by it.
 struct BoundLinear {
@@ -37,6 +36,18 @@ void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, doubl
 
 // In place softmax over v[n] (f32 like HF's softmax(dtype=float32)).
 void softmax_inplace(float* v, int64_t n);
+
+// fn(begin, end) over [0, n) on the pool (or inline when there is no pool,
+// one thread, or too little work for two ranges of `grain`).
+template <class Fn>
+void pool_for(ThreadPool* pool, int64_t n, int64_t grain, Fn&& fn) {
+  if (n <= 0) return;
+  if (!pool || pool->size() <= 1 || n < 2 * grain) {
+    fn(int64_t(0), n);
+    return;
+  }
+  pool->parallel_for(n, [&](int64_t a, int64_t b, int) { fn(a, b); }, grain);
+}
 
 inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 

@@ -39,3 +39,31 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Hf, ::testing::ValuesIn(test::dsv4_
 
 }  // namespace
 }  // namespace nibble
+
+namespace nibble {
+namespace {
+
+// A prompt longer than max_chunk_tokens is fed in chunks inside forward():
+// the logits of every position are still HF's.
+TEST(DeepseekV4HfChunked, LongPromptInSmallChunks) {
+  LoadOptions opt = test::test_load_options();
+  opt.max_chunk_tokens = 37;
+  auto model = load_model(test::fixture_dir("flash_tiny_stock"), opt);
+  test::Expected exp = test::load_expected("flash_tiny_stock");
+  const auto& seq = exp.sequences[1];  // 133 tokens: crosses 128
+  const int64_t n = int64_t(seq.tokens.size());
+  std::vector<float> logits(size_t(n * exp.vocab));
+  auto st = model->new_state();
+  model->forward(*st, seq.tokens, logits.data(), true);
+  test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, kRelTol);
+  EXPECT_LE(c.max_err, kRelTol);
+  EXPECT_EQ(c.argmax_mismatches, 0);
+  // Last-token-only logits equal the last row.
+  std::vector<float> last(size_t(exp.vocab));
+  auto st2 = model->new_state();
+  model->forward(*st2, seq.tokens, last.data(), false);
+  for (int64_t v = 0; v < exp.vocab; ++v) ASSERT_EQ(last[size_t(v)], logits[size_t((n - 1) * exp.vocab + v)]);
+}
+
+}  // namespace
+}  // namespace nibble
