@@ -369,6 +369,11 @@ def run_fixture(fx: dict, seed: int) -> dict:
     # Oracle.
     exp = folder / "expected"
     exp.mkdir()
+    # The same hyper-parameters in HF's own spelling (layer_types, mlp_layer_types,
+    # compress_rates, partial_rotary_factor, nested rope_parameters), as HF saves them.
+    hf_cfg = DeepseekV4Config.from_pretrained(folder).to_dict()
+    hf_cfg.pop("qk_rope_head_dim", None)  # a runtime attribute; the field is partial_rotary_factor
+    (exp / "config_hf.json").write_text(json.dumps(hf_cfg, indent=1, sort_keys=True) + "\n")
     probe = MarginProbe(model, config)
     probe.topk = config.index_topk
     entries = []

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "fixture_util.h"
+#include "scratch_model.h"
 #include "runtime/session.h"
 #include "util/error.h"
 
@@ -18,61 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A scratch copy of the single-file fixture whose config and tensors a test may edit.
-class ScratchModel {
- public:
-  ScratchModel() {
-    dir_ = fs::temp_directory_path() / ("nibble_dsv4_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    const fs::path src = test::fixture_dir("hf_tiny_fp8experts");
-    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
-      fs::copy_file(src / f, dir_ / f);
-    std::ifstream in(dir_ / "config.json");
-    config = json::parse(in);
-  }
-  ~ScratchModel() { fs::remove_all(dir_); }
-
-  std::string path() const { return dir_.string(); }
-  void write_config() const { std::ofstream(dir_ / "config.json") << config.dump(1); }
-
-  // Rewrites model.safetensors without `name`.
-  void drop_tensor(const std::string& name) const {
-    const fs::path file = dir_ / "model.safetensors";
-    std::ifstream in(file, std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    uint64_t n;
-    std::memcpy(&n, bytes.data(), 8);
-    json header = json::parse(std::string(bytes.data() + 8, size_t(n)));
-    ASSERT_TRUE(header.contains(name)) << name;
-    header.erase(name);
-    json out = json::object();
-    std::string data;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() == "__metadata__") {
-        out[it.key()] = it.value();
-        continue;
-      }
-      const auto begin = it.value()["data_offsets"][0].get<uint64_t>(), end = it.value()["data_offsets"][1].get<uint64_t>();
-      json t = it.value();
-      t["data_offsets"] = {data.size(), data.size() + (end - begin)};
-      data.append(bytes.data() + 8 + n + begin, size_t(end - begin));
-      out[it.key()] = t;
-    }
-    std::string h = out.dump();
-    const uint64_t hn = h.size();
-    std::ofstream o(file, std::ios::binary | std::ios::trunc);
-    o.write(reinterpret_cast<const char*>(&hn), 8);
-    o.write(h.data(), std::streamsize(h.size()));
-    o.write(data.data(), std::streamsize(data.size()));
-  }
-
-  json config;
-
- private:
-  fs::path dir_;
-  static inline int counter_ = 0;
-};
+using test::ScratchModel;
 
 // Runs load_model and returns the error message ("" if it loaded).
 std::string load_error(const std::string& path) {
@@ -191,6 +138,30 @@ TEST(DeepseekV4Errors, MissingArchitectureIsNamed) {
 TEST(DeepseekV4Errors, MissingFolderIsNamed) {
   std::string err = load_error("/nonexistent/nibble/model");
   EXPECT_NE(err.find("/nonexistent/nibble/model"), std::string::npos) << err;
+}
+
+TEST(DeepseekV4Errors, MissingMtpTensorIsNamed) {
+  ScratchModel m("flash_tiny_stock");  // sharded, ships mtp.0.*
+  m.drop_tensor("mtp.0.h_proj.scale");
+  std::string err = load_error(m.path());
+  EXPECT_NE(err.find("mtp.0.h_proj"), std::string::npos) << err;
+}
+
+TEST(DeepseekV4Errors, MissingShardedTensorIsNamed) {
+  ScratchModel m("flash_tiny_nvfp4");
+  m.drop_tensor("layers.3.attn.indexer.compressor.ape");
+  std::string err = load_error(m.path());
+  EXPECT_NE(err.find("layers.3.attn.indexer.compressor.ape is missing"), std::string::npos) << err;
+}
+
+TEST(DeepseekV4Errors, CheckpointWithoutMtpLoads) {
+  // HF ignores mtp.*; a checkpoint without them still runs (nothing to validate).
+  ScratchModel m("flash_tiny_stock");
+  std::ifstream in(test::fixture_dir("flash_tiny_stock") + "/model.safetensors.index.json");
+  const nlohmann::json index = nlohmann::json::parse(in);
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it)
+    if (it.key().rfind("mtp.", 0) == 0) m.drop_tensor(it.key());
+  EXPECT_EQ(load_error(m.path()), "");
 }
 
 TEST(DeepseekV4Errors, BadTokenLeavesStateUntouched) {

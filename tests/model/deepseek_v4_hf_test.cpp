@@ -4,6 +4,7 @@
 // top-2 gap exceeds that tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "fixture_util.h"
@@ -63,6 +64,33 @@ TEST(DeepseekV4HfChunked, LongPromptInSmallChunks) {
   auto st2 = model->new_state();
   model->forward(*st2, seq.tokens, last.data(), false);
   for (int64_t v = 0; v < exp.vocab; ++v) ASSERT_EQ(last[size_t(v)], logits[size_t((n - 1) * exp.vocab + v)]);
+}
+
+}  // namespace
+}  // namespace nibble
+
+namespace nibble {
+namespace {
+
+// With the kernels the planner picks for this machine (fast SIMD kernels
+// once they exist; they may quantize activations, e.g. to int8), the model
+// must still track the oracle closely. A loose bound: it catches layout and
+// binding mistakes, not rounding.
+TEST(DeepseekV4HfPlanner, AutoKernelsTrackTheOracle) {
+  for (const std::string name : {"flash_tiny_stock", "flash_tiny_nvfp4", "hf_tiny_fp8experts"}) {
+    auto model = load_model(test::fixture_dir(name), test::test_load_options("auto"));
+    test::Expected exp = test::load_expected(name);
+    const auto& seq = *std::min_element(exp.sequences.begin(), exp.sequences.end(), [](const auto& a, const auto& b) {
+      return std::abs(int64_t(a.tokens.size()) - 140) < std::abs(int64_t(b.tokens.size()) - 140);
+    });
+    const int64_t n = int64_t(seq.tokens.size());
+    std::vector<float> logits(size_t(n * exp.vocab));
+    auto st = model->new_state();
+    model->forward(*st, seq.tokens, logits.data(), true);
+    test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, 0.05);
+    std::printf("[ %s ] planner kernels: max rel err %.3g over %lld tokens\n", name.c_str(), c.max_err, (long long)n);
+    EXPECT_LE(c.max_err, 0.05) << name;
+  }
 }
 
 }  // namespace
