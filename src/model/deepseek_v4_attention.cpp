@@ -77,8 +77,7 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
   const float scale = 1.0f / std::sqrt(float(d));
   pool_for(pool, n * H, 1, [&](int64_t i0, int64_t i1) {
     std::vector<const float*> kp;
-    std::vector<float> logit;
-    std::vector<double> acc(static_cast<size_t>(d));
+    std::vector<float> logit, acc(static_cast<size_t>(d));
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / H, h = i % H, pos = p0 + t;
       kp.clear();
@@ -90,24 +89,25 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
         for (int32_t k = 0; k < sel.count[size_t(t)]; ++k)
           kp.push_back(st.compressor.entries.data() + int64_t(sel.entries[size_t(t * sel.topk + k)]) * d);
       }
+      // softmax over [scores | sink] (HF concatenates the sink as one more
+      // logit and drops its probability); V = K.
       const float* qh = q.data() + (t * H + h) * d;
       logit.resize(kp.size());
       float mx = w.sink[size_t(h)];
       for (size_t j = 0; j < kp.size(); ++j) {
-        float dot = 0;
-        for (int64_t c = 0; c < d; ++c) dot += qh[c] * kp[j][c];
-        logit[j] = dot * scale;
+        logit[j] = dot_f32(qh, kp[j], d) * scale;
         mx = std::max(mx, logit[j]);
       }
-      double denom = std::exp(double(w.sink[size_t(h)]) - mx);
-      std::fill(acc.begin(), acc.end(), 0.0);
+      float denom = std::exp(w.sink[size_t(h)] - mx);
+      std::fill(acc.begin(), acc.end(), 0.0f);
       for (size_t j = 0; j < kp.size(); ++j) {
-        const double p = std::exp(double(logit[j]) - mx);
+        const float p = std::exp(logit[j] - mx);
         denom += p;
-        for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += p * kp[j][c];
+        axpy_f32(p, kp[j], acc.data(), d);
       }
       float* oh = o.data() + (t * H + h) * d;
-      for (int64_t c = 0; c < d; ++c) oh[c] = float(acc[size_t(c)] / denom);
+      const float inv = 1.0f / denom;
+      for (int64_t c = 0; c < d; ++c) oh[c] = acc[size_t(c)] * inv;
     }
   });
 

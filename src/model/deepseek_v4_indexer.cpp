@@ -27,9 +27,7 @@ void indexer_forward(const IndexerWeights& w, const RopeTable& rope, double rms_
       const float* key = st.entries.data() + s * d;
       float acc = 0;
       for (int64_t h = 0; h < H; ++h) {
-        const float* qh = qt + h * d;
-        float dot = 0;
-        for (int64_t i = 0; i < d; ++i) dot += qh[i] * key[i];
+        const float dot = dot_f32(qt + h * d, key, d);
         acc += std::max(dot, 0.0f) * softmax_scale * (hw[size_t(t * H + h)] * weights_scale);
       }
       score[s] = acc;

@@ -34,6 +34,24 @@ std::optional<WeightView> row_slice(const WeightView& w, int64_t r0, int64_t cou
 // the unweighted norm). x and y may alias.
 void rms_norm(const float* x, int64_t n, int64_t dim, const float* weight, double eps, float* y);
 
+// sum_i a[i] * b[i] in f32 with eight interleaved partial sums, so the
+// compiler can keep them in SIMD lanes (a plain reduction loop stays scalar
+// without -ffast-math). Attention scores and indexer scores use it.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float tail = 0;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+// y[i] += alpha * x[i]
+inline void axpy_f32(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
 // In place softmax over v[n] (f32 like HF's softmax(dtype=float32)).
 void softmax_inplace(float* v, int64_t n);
 
