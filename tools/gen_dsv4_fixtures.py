@@ -100,6 +100,9 @@ FIXTURES = [
             "n_routed_experts": 8, "num_experts_per_tok": 2, "num_nextn_predict_layers": 1,
         },
         "seq_lens": [6, 133, 520],
+        # A tiny DeepSeek-V4-style tokenizer ships with this fixture so that the
+        # text commands (nibble run / chat) have an oracle too.
+        "tokenizer": True,
     },
     {
         # ModelOpt NVFP4 routed experts (current hf_quant_config schema); the MTP
@@ -276,6 +279,75 @@ class MarginProbe:
 
 
 # --------------------------------------------------------------------------------------
+# Tokenizer and text oracles (nibble run / chat)
+# --------------------------------------------------------------------------------------
+
+# Training text for the fixture tokenizer: written for this file, no licence concerns.
+_TOKENIZER_CORPUS = [
+    "The river ran past the old mill, and the miller watched the water turn the wheel.",
+    "To be ready is to be calm; to be calm is to see the road before the feet.",
+    "Seven small boats left the harbour at dawn, and three came back before noon.",
+    "She wrote 12 letters in 3 days, then counted 144 stamps on the kitchen table.",
+    "What is the name of the wind that comes from the sea? Nobody in the town knew.",
+    "Bread, salt, and a little oil: the traveller asked for nothing more.",
+    "The teacher said: read the question twice, answer it once, and check the sum.",
+    "Under the bridge the children found a key, a coin, and a map of the hills.",
+] * 4
+
+TEXT_NEW_TOKENS = 16
+
+
+def make_tokenizer(folder: pathlib.Path, vocab_size: int):
+    from dsv4_tokenizer import DSV4_ADDED_TOKENS, train_dsv4_tokenizer
+    learned = vocab_size - len(DSV4_ADDED_TOKENS)
+    tok = train_dsv4_tokenizer(_TOKENIZER_CORPUS, vocab_size=learned, out_path=str(folder / "tokenizer.json"))
+    if tok.get_vocab_size(with_added_tokens=True) != vocab_size:
+        raise RuntimeError(f"tokenizer has {tok.get_vocab_size(with_added_tokens=True)} ids, model {vocab_size}")
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "add_bos_token": False, "add_eos_token": False,
+        "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>",
+        "model_max_length": 1048576, "tokenizer_class": "PreTrainedTokenizerFast",
+    }, indent=2, ensure_ascii=False) + "\n")
+    return tok
+
+
+def text_oracles(model, tok, cfg) -> list[dict]:
+    """Greedy continuations of text prompts, decoded with the `tokenizers` library.
+
+    raw:  ids = [BOS] + encode(prompt)
+    chat: the DeepSeek-V4 chat-mode prompt for one user message (docs/text.md),
+          "<｜begin▁of▁sentence｜><｜User｜>{user}<｜Assistant｜></think>", encoded with
+          special tokens allowed and no automatic BOS.
+    """
+    cases = [
+        {"mode": "raw", "prompt": "The river ran past the"},
+        {"mode": "raw", "prompt": "Seven small boats left"},
+        {"mode": "chat", "prompt": "What is the name of the wind?"},
+    ]
+    out = []
+    for case in cases:
+        if case["mode"] == "raw":
+            ids = [cfg["bos_token_id"]] + tok.encode(case["prompt"], add_special_tokens=False).ids
+        else:
+            text = "<｜begin▁of▁sentence｜><｜User｜>" + case["prompt"] + "<｜Assistant｜></think>"
+            ids = tok.encode(text, add_special_tokens=False).ids
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids]), max_new_tokens=TEXT_NEW_TOKENS, do_sample=False,
+                                 eos_token_id=cfg["eos_token_id"], pad_token_id=cfg["eos_token_id"],
+                                 output_scores=True, return_dict_in_generate=True)
+        cont = gen.sequences[0, len(ids):].tolist()
+        gap = min(float((torch.topk(sc[0], 2).values[0] - torch.topk(sc[0], 2).values[1]) / sc[0].abs().max())
+                  for sc in gen.scores)
+        if gap < 1e-3:
+            raise MarginError(f"text case {case}: near-tie {gap:.3g}")
+        shown = cont[:-1] if cont and cont[-1] == cfg["eos_token_id"] else cont
+        out.append({**case, "prompt_ids": ids, "continuation": cont, "min_rel_top2_gap": gap,
+                    "max_new_tokens": TEXT_NEW_TOKENS,
+                    "text": tok.decode(shown, skip_special_tokens=False)})
+    return out
+
+
+# --------------------------------------------------------------------------------------
 # Per fixture
 # --------------------------------------------------------------------------------------
 
@@ -432,6 +504,11 @@ def run_fixture(fx: dict, seed: int) -> dict:
     if min(gaps) < 1e-3:
         raise MarginError(f"{name} seed {seed}: greedy path has a near-tie ({min(gaps):.3g})")
 
+    text_cases = None
+    if fx.get("tokenizer"):
+        tok = make_tokenizer(folder, cfg["vocab_size"])
+        text_cases = text_oracles(model, tok, cfg)
+
     if probe.router < MIN_REL_MARGIN or probe.indexer < MIN_REL_MARGIN:
         raise MarginError(f"{name} seed {seed}: top-k margin too small (router {probe.router:.3g}, "
                           f"indexer {probe.indexer:.3g})")
@@ -453,6 +530,7 @@ def run_fixture(fx: dict, seed: int) -> dict:
         "logits_format": "little-endian f32 [n_tokens][vocab_size], full forward from position 0",
         "sequences": entries,
         "greedy": greedy,
+        "text": text_cases,
         "checks": {
             "min_router_rel_margin": probe.router,
             "min_indexer_rel_margin": probe.indexer,

@@ -27,7 +27,6 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
 
   GenerateResult r;
   r.prompt_tokens = int64_t(prompt.size());
-  if (options.max_new_tokens == 0) return r;
   auto t0 = Clock::now();
   std::vector<float> logits = session.prefill(prompt);
   r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

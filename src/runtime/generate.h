@@ -35,9 +35,10 @@ struct GenerateResult {
   double decode_seconds = 0;        // every later forward
 };
 
-// on_token(id) is called for each generated token except a stop token;
-// returning false ends generation (reason callback). The session continues
-// from wherever generation ended (the last sampled token is not yet fed).
+// The prompt is always fed (also with max_new_tokens 0). on_token(id) is
+// called for each generated token except a stop token; returning false ends
+// generation (reason callback). The session continues from wherever
+// generation ended: the last sampled token is not fed.
 GenerateResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
                         const std::function<bool(int32_t)>& on_token = {});
 

@@ -79,7 +79,8 @@ TEST(Generate, StopsOnCallbackAndCustomStopTokens) {
   opt.max_new_tokens = 0;
   r = generate(c, g.prompt, opt);
   EXPECT_TRUE(r.tokens.empty());
-  EXPECT_EQ(c.position(), 0);
+  EXPECT_EQ(r.reason, StopReason::max_tokens);
+  EXPECT_EQ(c.position(), int64_t(g.prompt.size()));  // the prompt is fed all the same
 }
 
 TEST(Generate, SamplingIsReproducibleBySeed) {
