@@ -14,7 +14,7 @@ Layout
     {"version": 1,
      "arrays": {NAME: {"file": "NAME.bin", "dtype": "u8"|"u16"|"f32",
                        "shape": [d0, d1, ...]}, ...},
-     "nvfp4": {CASE: {"global_scale": float, "amax": float}, ...},
+     "nvfp4": {CASE: {"global_scale": float, "amax": float|null}, ...},
      "fp8":   {CASE: {"rows": int, "cols": int}, ...},
      "cast":  {CASE: {...counts, k_max, global_scale, max_abs_error}}}
 

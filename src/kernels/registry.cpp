@@ -8,6 +8,10 @@
 // percent of bandwidth.
 #include "kernels/registry.h"
 
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/moe_cpu.h"
+
 namespace nibble {
 
 namespace {
@@ -19,6 +23,14 @@ std::string needs_cpu(const Device& d) {
   return d.kind == DeviceKind::cpu ? "" : "needs a CPU device; " + d.name + " is a CUDA device";
 }
 
+// ---- kernels/cpu SIMD kernels (owner: kernels branch) ----
+std::string needs_cpu_isa(const Device& d, CpuIsa isa) {
+  if (std::string r = needs_cpu(d); !r.empty()) return r;
+  return cpu_isa_unsupported(isa, d.cpu);
+}
+std::string needs_avx2(const Device& d) { return needs_cpu_isa(d, CpuIsa::avx2); }
+std::string needs_avx512(const Device& d) { return needs_cpu_isa(d, CpuIsa::avx512); }
+
 }  // namespace
 
 const std::vector<KernelDesc>& kernel_registry() {
@@ -27,6 +39,18 @@ const std::vector<KernelDesc>& kernel_registry() {
        linear_ref, nullptr},
       {"cpu_ref", Op::moe, kAllWeightFormats, needs_cpu, 0, 0.03, 0.01, "scalar, f64 accumulate",
        nullptr, moe_ref},
+      // ---- kernels/cpu SIMD kernels (owner: kernels branch; efficiencies
+      // from `nibble bench`, see bench/RESULTS.md) ----
+      {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
+       "AVX-512: VNNI int8 dot (FP4 x int8 act), exact f16->f32 FMA (FP8), f32 FMA (BF16, F32)",
+       linear_avx512, nullptr},
+      {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.7, 0.3,
+       "AVX2: maddubs int8 dot (FP4 x int8 act), exact F16C->f32 FMA (FP8), f32 FMA (BF16, F32)",
+       linear_avx2, nullptr},
+      {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
+       "AVX-512 fused MoE: experts grouped per batch, rows split over threads", nullptr, moe_avx512},
+      {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.7, 0.3,
+       "AVX2 fused MoE: experts grouped per batch, rows split over threads", nullptr, moe_avx2},
   };
   return registry;
 }

@@ -1,0 +1,501 @@
+// `nibble bench`: how close the CPU kernels get to memory bandwidth.
+//
+//   nibble bench bandwidth                       read bandwidth, all threads
+//   nibble bench linear --format F --rows R --cols C --batch B
+//   nibble bench moe --format F --preset dsv4-flash --batch B
+//
+// Every result carries the weight bytes the op must read, the median / min /
+// max time of --iters timed calls, the effective bandwidth (bytes / median)
+// and its ratio to the read bandwidth measured in the same run: each timed
+// call is paired with a plain read of as many bytes from a cold buffer, with
+// the same threads, just before or after it (alternating), so that both
+// see the same machine; bandwidth_gbps is bytes / the median read time.
+// (On a shared machine bandwidth drifts by several x within seconds; a
+// probe minutes apart from the calls would make the ratio meaningless.)
+// Weights are random in the stored format, never constant, and laid out so
+// they come from DRAM: `linear` cycles through copies of the matrix that
+// together exceed 4x the last-level cache; `moe` allocates all experts of a
+// layer and routes each token to experts no recent call used.
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "device/device.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/moe_cpu.h"
+#include "kernels/cpu/random_weights.h"
+#include "kernels/moe_routing.h"
+#include "runtime/thread_pool.h"
+#include "util/error.h"
+
+namespace nibble::cli {
+namespace {
+
+const std::vector<OptionSpec> kOptions = {
+    {"--format", "F", "weight format: mxfp4, nvfp4, fp8_block128, bf16, f32 (linear default fp8_block128, moe mxfp4)"},
+    {"--rows", "R", "linear: output features (default 4096)"},
+    {"--cols", "C", "linear: input features (default 4096)"},
+    {"--batch", "B[,B...]", "tokens per call; a comma list runs each (default 1)"},
+    {"--preset", "NAME", "moe: layer dimensions, dsv4-flash (256 experts, 4096 -> 2048 -> 4096, top-6 + shared)"},
+    {"--routing", "MODE", "moe: random (fresh random experts per token, from DRAM; default) or router (top-k of the router on random x)"},
+    {"--fp8-scale", "T", "fp8_block128 scale type: ue8m0 (default) or f32"},
+    {"--threads", "N", "threads (default: all)"},
+    {"--isa", "NAME", "kernels: ref, avx2, avx512 or auto (default)"},
+    {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
+    {"--resident", "", "linear: one copy of the weights (cache-resident when small), one thread, timed by\n"
+                       "the thread's CPU clock: the kernel's compute ceiling per core, immune to other load"},
+    {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
+    {"--json", "", "one JSON object per measurement, one per line"},
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Bytes the working set must exceed so that weights come from DRAM.
+size_t dram_working_set() {
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  size_t llc = l3 > 0 ? size_t(l3) : size_t(64) << 20;
+  return std::max<size_t>(size_t(2) << 30, 4 * llc);
+}
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  const size_t n = ms.size();
+  t.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return t;
+}
+
+// CPU time of the calling thread: what a kernel costs when it runs, however
+// often other processes preempt it.
+double thread_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+// The paired bandwidth probe: reads `bytes` at a time from a buffer past
+// 4x the LLC, moving on through it so every read is cold, on all threads.
+class ReadProbe {
+ public:
+  explicit ReadProbe(ThreadPool* pool) : pool_(pool), size_(dram_working_set()) {
+    buf_.reset(static_cast<uint64_t*>(std::aligned_alloc(4096, size_)));
+    if (!buf_) fail("bench: cannot allocate the ", size_ >> 20, " MiB bandwidth probe");
+    const int64_t words = int64_t(size_ / 8);
+    auto fill = [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) buf_.get()[i] = uint64_t(i) * 0x9E3779B97F4A7C15ull;
+    };
+    if (pool_) pool_->parallel_for(words, fill, 1 << 16);
+    else fill(0, words, 0);
+  }
+
+  // Milliseconds to read `bytes` (rounded to whole cache lines).
+  double read_ms(double bytes) {
+    size_t n = std::min(size_, (size_t(bytes) + 63) / 64 * 64);
+    if (offset_ + n > size_) offset_ = 0;
+    const uint64_t* p = buf_.get() + offset_ / 8;
+    offset_ += n;
+    const int64_t lines = int64_t(n / 64);
+    auto t0 = Clock::now();
+    auto job = [&](int64_t b, int64_t e, int) {
+      // 8 independent accumulators: enough loads in flight to saturate DRAM.
+      uint64_t a[8] = {};
+      for (int64_t l = b; l < e; ++l)
+        for (int k = 0; k < 8; ++k) a[k] ^= p[l * 8 + k];
+      sink_.fetch_xor(a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7], std::memory_order_relaxed);
+    };
+    if (pool_) pool_->parallel_for(lines, job, 64);
+    else job(0, lines, 0);
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint64_t* q) const { std::free(q); }
+  };
+  ThreadPool* pool_;
+  size_t size_;
+  std::unique_ptr<uint64_t, Free> buf_;
+  size_t offset_ = 0;
+  std::atomic<uint64_t> sink_{0};  // keeps the reads from being optimised away
+};
+
+// Times `iters` calls of `call(i)` (after `warmup` untimed ones), each paired
+// with a probe read of `bytes(i)` bytes, alternating which goes first.
+// Returns the call times and the probe's bandwidth (GB/s over the medians),
+// or the --bandwidth value if one was given.
+double given_bandwidth = 0;
+template <class Call, class Bytes>
+Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, Bytes bytes,
+                   double* bandwidth, double* mean_bytes, bool cpu_clock = false) {
+  for (int64_t i = 0; i < warmup; ++i) call(i);
+  std::vector<double> ms, probe_ms;
+  double total = 0;
+  for (int64_t i = warmup; i < warmup + iters; ++i) {
+    const double b = bytes(i);
+    total += b;
+    if (given_bandwidth <= 0 && i % 2 == 0) probe_ms.push_back(probe.read_ms(b) / b);
+    const double t0 = cpu_clock ? thread_cpu_ms() : 0;
+    auto w0 = Clock::now();
+    call(i);
+    ms.push_back(cpu_clock ? thread_cpu_ms() - t0
+                           : std::chrono::duration<double, std::milli>(Clock::now() - w0).count());
+    if (given_bandwidth <= 0 && i % 2 == 1) probe_ms.push_back(probe.read_ms(b) / b);
+  }
+  *mean_bytes = total / double(iters);
+  if (given_bandwidth > 0) {
+    *bandwidth = given_bandwidth;
+  } else {
+    // Probe times per byte -> GB/s at the median.
+    std::sort(probe_ms.begin(), probe_ms.end());
+    const size_t m = probe_ms.size();
+    const double per_byte_ms = m % 2 ? probe_ms[m / 2] : 0.5 * (probe_ms[m / 2 - 1] + probe_ms[m / 2]);
+    *bandwidth = 1.0 / (per_byte_ms * 1e-3) / 1e9;
+  }
+  return summarize(ms);
+}
+
+struct Result {
+  std::string op, format, isa, detail;
+  int threads = 1;
+  int64_t batch = 0, iters = 0;
+  double bytes = 0;
+  Timing time;
+  double bandwidth = 0;
+};
+
+void print(const Result& r, bool json) {
+  const double gbps = r.bytes / (r.time.median_ms * 1e-3) / 1e9;
+  if (json) {
+    nlohmann::json j = {{"op", r.op},
+                        {"format", r.format},
+                        {"isa", r.isa},
+                        {"threads", r.threads},
+                        {"batch", r.batch},
+                        {"bytes", r.bytes},
+                        {"iters", r.iters},
+                        {"time_ms_median", r.time.median_ms},
+                        {"time_ms_min", r.time.min_ms},
+                        {"time_ms_max", r.time.max_ms},
+                        {"gbps", gbps},
+                        {"bandwidth_gbps", r.bandwidth},
+                        {"ratio", gbps / r.bandwidth}};
+    if (!r.detail.empty()) j["detail"] = r.detail;
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::printf("%-9s %-13s %-6s batch %-3lld %9.1f MB  %8.3f ms (min %.3f, max %.3f)  %6.1f GB/s  of %5.1f GB/s = %.2f\n",
+                r.op.c_str(), r.format.c_str(), r.isa.c_str(), (long long)r.batch, r.bytes / 1e6,
+                r.time.median_ms, r.time.min_ms, r.time.max_ms, gbps, r.bandwidth, gbps / r.bandwidth);
+    std::fflush(stdout);
+  }
+}
+
+std::vector<int64_t> parse_batches(const ParsedArgs& args) {
+  std::vector<int64_t> out;
+  const std::string s = args.str("--batch", "1");
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 4096)
+      fail("flag --batch: '", item, "' is not a batch size in [1, 4096]");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+Format parse_weight_format(const ParsedArgs& args, const char* fallback) {
+  const std::string name = args.str("--format", fallback);
+  auto f = parse_format(name);
+  if (!f || *f == Format::int_index)
+    fail("flag --format: unknown weight format '", name, "' (mxfp4, nvfp4, fp8_block128, bf16, f32)");
+  return *f;
+}
+
+Fp8ScaleType parse_fp8_scale(const ParsedArgs& args) {
+  const std::string s = args.str("--fp8-scale", "ue8m0");
+  if (s == "ue8m0") return Fp8ScaleType::ue8m0;
+  if (s == "f32") return Fp8ScaleType::f32;
+  fail("flag --fp8-scale: '", s, "' is not ue8m0 or f32");
+}
+
+// ---- bench bandwidth ----------------------------------------------------------
+
+int bench_bandwidth(const ParsedArgs& args, int threads, bool json) {
+  // The device layer's probe (a fresh 2+ GB buffer per pass, best pass).
+  const int64_t iters = args.integer("--iters", 5, 1, 1000);
+  std::vector<double> ms;
+  double best = 0;
+  for (int64_t i = 0; i < iters; ++i) {
+    double g = measure_read_bandwidth_gbps(threads, dram_working_set(), 1);
+    best = std::max(best, g);
+    ms.push_back(double(dram_working_set()) / (g * 1e9) * 1e3);
+  }
+  Result r;
+  r.op = "bandwidth";
+  r.format = "-";
+  r.isa = "-";
+  r.threads = threads;
+  r.bytes = double(dram_working_set());
+  r.iters = iters;
+  r.time = summarize(ms);
+  r.bandwidth = best;
+  r.detail = "best pass over a cold buffer";
+  print(r, json);
+  return 0;
+}
+
+// ---- bench linear -------------------------------------------------------------
+
+int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
+  const Format format = parse_weight_format(args, "fp8_block128");
+  const int64_t rows = args.integer("--rows", 4096, 1, 1 << 20);
+  const int64_t cols = args.integer("--cols", 4096, 1, 1 << 20);
+  const Fp8ScaleType fp8 = parse_fp8_scale(args);
+  const std::vector<int64_t> batches = parse_batches(args);
+  const int64_t iters = args.integer("--iters", isa == CpuIsa::ref ? 3 : 20, 1, 100000);
+  const LinearFn fn = linear_for_isa(isa);
+  const bool resident = args.has("--resident");
+
+  // Copies of one random matrix, together past 4x the LLC; each call uses the
+  // next copy, so every call streams its weights from DRAM.
+  OwnedWeights base = random_weights(format, rows, cols, 42, fp8);
+  const double bytes = double(base.view.bytes());
+  const size_t copies = resident ? 1 : std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
+  std::vector<OwnedWeights> mats(copies);
+  pool.parallel_for(int64_t(copies), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      OwnedWeights& m = mats[size_t(i)];
+      m.data = base.data;
+      m.scales = base.scales;
+      m.view = base.view;
+      m.view.data = m.data.data();
+      m.view.scales = m.scales.empty() ? nullptr : m.scales.data();
+    }
+  });
+
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  std::vector<float> x(size_t(max_batch * cols)), y(size_t(max_batch * rows));
+  random_normal(x.data(), int64_t(x.size()), 7);
+
+  ThreadPool* p = resident ? nullptr : &pool;
+  ReadProbe probe(p);
+  size_t next = 0;
+  for (int64_t batch : batches) {
+    double bw = 0, bytes_per_call = 0;
+    const Timing t = time_paired(
+        int64_t(std::min<size_t>(copies, 8)), iters, probe,
+        [&](int64_t) { fn(mats[next++ % copies].view, x.data(), batch, y.data(), p); },
+        [&](int64_t) { return bytes; }, &bw, &bytes_per_call, resident);
+    Result r;
+    r.op = "linear";
+    r.format = format_name(format);
+    r.isa = cpu_isa_name(isa);
+    r.threads = resident ? 1 : pool.size();
+    r.batch = batch;
+    r.bytes = bytes;
+    r.iters = iters;
+    r.time = t;
+    r.bandwidth = bw;
+    r.detail = std::to_string(rows) + "x" + std::to_string(cols) +
+               (format == Format::fp8_block128 ? std::string(" scales ") + (fp8 == Fp8ScaleType::f32 ? "f32" : "ue8m0") : "") +
+               (resident ? ", resident, thread CPU time" : "");
+    print(r, json);
+  }
+  return 0;
+}
+
+// ---- bench moe ----------------------------------------------------------------
+
+struct MoeLayer {
+  std::vector<OwnedWeights> mats;  // 3 per expert, then the shared expert's 3
+  OwnedWeights gate;
+  std::vector<float> bias;
+  std::vector<int32_t> tid2eid;    // [vocab, top_k]
+  MoeWeights w;
+};
+
+int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
+  const Format format = parse_weight_format(args, "mxfp4");
+  const std::string preset = args.str("--preset", "dsv4-flash");
+  if (preset != "dsv4-flash") fail("flag --preset: unknown preset '", preset, "' (dsv4-flash)");
+  const std::string routing = args.str("--routing", "random");
+  if (routing != "random" && routing != "router") fail("flag --routing: '", routing, "' is not random or router");
+  const Fp8ScaleType fp8 = parse_fp8_scale(args);
+  const std::vector<int64_t> batches = parse_batches(args);
+  const int64_t iters = args.integer("--iters", isa == CpuIsa::ref ? 3 : 20, 1, 100000);
+  const MoeFn fn = moe_for_isa(isa);
+
+  // DeepSeek-V4-Flash: hidden 4096, 256 experts of width 2048, top-6, one
+  // shared expert, sqrt(softplus) scores, clamp 10, scaling 1.5.
+  const int64_t D = 4096, I = 2048, E = 256, K = 6;
+  MoeLayer l;
+  MoeWeights& w = l.w;
+  w.hidden = D;
+  w.inter = I;
+  w.n_experts = E;
+  w.top_k = K;
+  w.scoring = ScoringFunc::sqrtsoftplus;
+  w.routed_scaling = 1.5f;
+  w.swiglu_limit = 10.0f;
+  // Refuse up front rather than be killed mid-allocation (BF16 is 13 GB).
+  const double layer_bytes = double(E + 1) * 3.0 * double(random_weights(format, 16, I, 1, fp8).view.bytes()) * (D / 16.0);
+  const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (avail > 0 && layer_bytes + double(dram_working_set()) > 0.8 * avail)
+    fail("flag --format: a ", format_name(format), " dsv4-flash layer needs ", layer_bytes / 1e9,
+         " GB (plus the bandwidth probe's ", double(dram_working_set()) / 1e9, " GB); ", avail / 1e9,
+         " GB of memory are free");
+  l.mats.resize(size_t(3 * (E + 1)));
+  pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const bool down = i % 3 == 2;
+      l.mats[size_t(i)] = random_weights(format, down ? D : I, down ? I : D, uint64_t(1000 + i), fp8);
+    }
+  });
+  for (int64_t e = 0; e <= E; ++e) {
+    ExpertWeights ew{l.mats[size_t(3 * e)].view, l.mats[size_t(3 * e + 1)].view, l.mats[size_t(3 * e + 2)].view};
+    if (e < E) w.experts.push_back(ew);
+    else w.shared = ew;
+  }
+  w.has_shared = true;
+  l.gate = random_weights(Format::bf16, E, D, 5);
+  w.gate = l.gate.view;
+  l.bias.resize(size_t(E));
+  random_normal(l.bias.data(), E, 6, 0.01f);
+  w.bias = l.bias.data();
+
+  // Tokens: random x; with --routing random, token ids index a tid2eid table
+  // whose rows walk through random permutations of the experts, so a call's
+  // experts were not used by the calls just before it (not in any cache).
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  const int64_t calls = iters + 8;
+  const int64_t vocab = calls * max_batch;
+  if (routing == "random") {
+    l.tid2eid.resize(size_t(vocab * K));
+    std::vector<int32_t> perm(static_cast<size_t>(E));
+    uint64_t state = 12345;
+    size_t used = size_t(E);
+    for (auto& slot : l.tid2eid) {
+      if (used == size_t(E)) {
+        std::iota(perm.begin(), perm.end(), 0);
+        for (size_t i = perm.size() - 1; i > 0; --i) {  // Fisher-Yates
+          state = state * 6364136223846793005ull + 1442695040888963407ull;
+          std::swap(perm[i], perm[size_t((state >> 33) % (i + 1))]);
+        }
+        used = 0;
+      }
+      slot = perm[used++];
+    }
+    w.tid2eid = l.tid2eid.data();
+    w.tid2eid_is_i64 = false;
+    w.tid2eid_rows = vocab;
+  }
+  std::vector<float> xs(size_t(16 * max_batch * D)), y(size_t(max_batch * D));
+  random_normal(xs.data(), int64_t(xs.size()), 11);
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+
+  // Weight bytes of one call: the router, the distinct routed experts, the
+  // shared expert.
+  auto call_bytes = [&](int64_t first_token, int64_t batch, const float* x) {
+    std::vector<bool> hit(static_cast<size_t>(E), false);
+    if (routing == "random") {
+      for (int64_t t = first_token; t < first_token + batch; ++t)
+        for (int64_t k = 0; k < K; ++k) hit[size_t(l.tid2eid[size_t(t * K + k)])] = true;
+    } else {
+      std::vector<float> logits(static_cast<size_t>(batch * E));
+      linear_ref(w.gate, x, batch, logits.data(), &pool);
+      MoeRouting r;
+      route_tokens(w, logits.data(), nullptr, batch, &r);
+      for (int32_t e : r.experts) hit[size_t(e)] = true;
+    }
+    double bytes = double(w.gate.bytes());
+    auto expert_bytes = [](const ExpertWeights& ew) {
+      return double(ew.w1.bytes() + ew.w3.bytes() + ew.w2.bytes());
+    };
+    for (int64_t e = 0; e < E; ++e)
+      if (hit[size_t(e)]) bytes += expert_bytes(w.experts[size_t(e)]);
+    return bytes + expert_bytes(w.shared);
+  };
+
+  ReadProbe probe(&pool);
+  for (int64_t batch : batches) {
+    double bw = 0, bytes = 0;
+    const Timing t = time_paired(
+        8, iters, probe,
+        [&](int64_t c) {
+          fn(w, xs.data() + size_t((c % 16) * batch * D), ids.data() + c * batch, batch, y.data(), &pool);
+        },
+        [&](int64_t c) { return call_bytes(c * batch, batch, xs.data() + size_t((c % 16) * batch * D)); }, &bw,
+        &bytes);
+    Result r;
+    r.op = "moe";
+    r.format = format_name(format);
+    r.isa = cpu_isa_name(isa);
+    r.threads = pool.size();
+    r.batch = batch;
+    r.bytes = bytes;
+    r.iters = iters;
+    r.time = t;
+    r.bandwidth = bw;
+    r.detail = "dsv4-flash, routing " + routing;
+    print(r, json);
+  }
+  return 0;
+}
+
+int run_bench(const std::vector<std::string>& argv) {
+  ParsedArgs args = parse_args(argv, kOptions);
+  const std::string usage = "nibble bench bandwidth|linear|moe [options]";
+  if (args.help) {
+    std::cout << format_help(usage,
+                             "Measures the CPU kernels against memory bandwidth. `bandwidth` reads a\n"
+                             "buffer far past the last-level cache with all threads; `linear` times one\n"
+                             "matrix op (Y = X W^T) and `moe` one DeepSeek-V4-Flash MoE layer, with\n"
+                             "random weights in the given format streamed from DRAM. Each result gives\n"
+                             "the weight bytes read, median/min/max time, GB/s, and the ratio to the\n"
+                             "read bandwidth measured in the same run.",
+                             kOptions);
+    return 0;
+  }
+  if (args.positional.size() != 1) fail("expected one of bandwidth, linear, moe (usage: ", usage, ")");
+  const int threads = int(args.integer("--threads", 0, 0, 4096));
+  const bool json = args.has("--json");
+  given_bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
+  const std::string what = args.positional[0];
+  if (what == "bandwidth") return bench_bandwidth(args, threads <= 0 ? ThreadPool::hardware_threads() : threads, json);
+  const CpuIsa isa = parse_cpu_isa(args.str("--isa", "auto"));
+  ThreadPool pool(threads);
+  if (what == "linear") return bench_linear(args, pool, isa, json);
+  if (what == "moe") return bench_moe(args, pool, isa, json);
+  fail("unknown benchmark '", what, "' (bandwidth, linear, moe)");
+}
+
+RegisterCommand reg({"bench", "measure kernels against memory bandwidth (bandwidth, linear, moe)", run_bench});
+
+}  // namespace
+}  // namespace nibble::cli

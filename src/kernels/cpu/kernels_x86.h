@@ -1,0 +1,84 @@
+// Entry points of the x86 SIMD kernels (linear_avx2.cpp, linear_avx512.cpp).
+//
+// The ISA files are compiled with -mavx2 / -mavx512*; any inline function or
+// template they instantiate could be emitted with those instructions and be
+// picked by the linker for a baseline caller (SIGILL on an older CPU). So
+// this header is plain data and plain function declarations only, the ISA
+// files include nothing but it, <immintrin.h> and <cstdint>, and everything
+// that allocates, throws or threads lives in the baseline callers
+// (linear_cpu.cpp, moe_cpu.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nibble::x86 {
+
+// The weight encodings the kernels know (Format + FP8 scale type, flattened).
+enum class WeightKind : int32_t { mxfp4, nvfp4, fp8_ue8m0, fp8_f32, bf16, f32 };
+
+// A weight matrix W[rows, cols] as the kernels see it: WeightView's layout
+// (kernels/weights.h) without its std::string.
+struct RawWeights {
+  WeightKind kind;
+  int64_t rows;
+  int64_t cols;
+  const uint8_t* data;    // row-major codes, rows contiguous
+  const uint8_t* scales;  // per format, see weights.h
+  float global_scale;     // nvfp4 s_g; 1 otherwise
+};
+
+// How activations are laid out for a weight kind (chosen per ISA and CPU by
+// the baseline code; the layouts themselves are private to each ISA file):
+//   int8_blocks   FP4 weights: int8 blocks of 32 with their scales, even/odd
+//                 elements apart to match the packed nibbles (lossy: x is
+//                 rounded to int8, step amax/127 per block)
+//   f32_even_odd  BF16 weights: f32, even/odd halves of each chunk
+//   f32_plain     FP8 and F32 weights: f32
+enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain };
+constexpr int kActsClasses = 3;
+
+// Activations prepared by prepare_acts_*, `stride` bytes per token.
+struct PreparedActs {
+  const uint8_t* data;
+  int64_t stride;
+  int64_t n;                   // tokens
+  const int32_t* token_index;  // token t's row is token_index[t]; null: row t
+  ActsClass cls;               // the layout of data
+};
+
+// Where a row range's results go: for token t and row r, with
+// i = y_index ? y_index[t] : t,
+//   y[i * ldy + r] = (accumulate ? y[i * ldy + r] : 0) + alpha[t] * dot(W[r], x[t])
+// and alpha == nullptr meaning 1. Tokens are processed in order, so repeated
+// y_index entries accumulate deterministically.
+struct RowsOut {
+  float* y;
+  int64_t ldy;
+  const float* alpha;
+  bool accumulate;
+  const int32_t* y_index;
+};
+
+// ---- AVX-512 (F, BW, VL, DQ, VBMI, VNNI) -------------------------------------
+// Bytes per token prepare_acts_avx512 writes for `cols` input features.
+int64_t acts_stride_avx512(ActsClass c, int64_t cols);
+// x: [n, cols] f32 -> out: [n, stride] (64-byte aligned). For int8_blocks,
+// cols must be a multiple of 16.
+void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
+// Rows [r0, r1) of W against all a.n tokens. Weight tiles are reused across
+// tokens in groups of 8, so prefill reads each weight once per row tile.
+void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
+                        const RowsOut& out);
+// h[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (no clamp when
+// limit <= 0), in place over g; n elements.
+void swiglu_avx512(float* g, const float* u, int64_t n, float limit);
+
+// ---- AVX2 (+FMA, F16C) ---------------------------------------------------------
+int64_t acts_stride_avx2(ActsClass c, int64_t cols);
+void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
+void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
+                      const RowsOut& out);
+void swiglu_avx2(float* g, const float* u, int64_t n, float limit);
+
+}  // namespace nibble::x86

@@ -1,0 +1,516 @@
+// AVX2 linear kernels (+FMA, F16C): Y[n, rows] = X · W^T for MXFP4, NVFP4,
+// FP8 block-128, BF16 and F32 weights in their stored format. The same
+// schemes as linear_avx512.cpp (read that first) at half the width: FP4 via
+// a vpshufb table and vpmaddubsw/vpmaddwd against int8 activations, FP8 via
+// exact E4M3 -> f16 bit moves and vcvtph2ps, BF16 by shifts.
+//
+// Only <immintrin.h>, <cstdint> and kernels_x86.h here, no STL, everything
+// but the entry points in an anonymous namespace (see kernels_x86.h).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/kernels_x86.h"
+
+namespace nibble::x86 {
+
+namespace {
+
+// int8_blocks layout, per group of 64 elements (2 blocks of 32) and token,
+// 128 bytes:
+//   [ 0.. 31] q of the even elements, block b's 16 evens at 16b   (int8)
+//   [32.. 63] q of the odd elements                                (int8)
+//   [64.. 95] corr[8]: dword 4b+j = -12 * sum q[b][8j .. 8j+7]    (int32)
+//   [96..127] xs[8]:   dword 4b+j = scale of block b               (f32)
+// f32_plain: x zero-padded to a multiple of 128. f32_even_odd: per 16
+// elements, 8 evens then 8 odds.
+constexpr int64_t kPad = 128;  // every layout pads cols to this
+constexpr int64_t kGroup = 64;
+constexpr int64_t kGroupBytes = 128;
+constexpr int64_t kPrefetch = 1024;  // bytes ahead of the weight stream (see linear_avx512.cpp)
+constexpr int64_t kTokens = 4;       // tokens per pass over a row tile
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// An f32 scale from a tensor that need not be 4-byte aligned.
+inline float load_f32(const uint8_t* p) {
+  float f;
+  __builtin_memcpy(&f, p, 4);
+  return f;
+}
+
+inline float bits_to_float(uint32_t u) {
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Copies n <= 64 bytes into a zeroed 64-byte buffer (AVX2 has no masked
+// byte loads; tails must not read past the row).
+inline void copy_tail(const uint8_t* src, int64_t n, uint8_t* buf) {
+  for (int i = 0; i < 64; ++i) buf[i] = 0;
+  for (int64_t i = 0; i < n; ++i) buf[i] = src[i];
+}
+
+void quantize_int8_token(const float* x, int64_t cols, uint8_t* out) {
+  const int64_t groups = round_up(cols, kPad) / kGroup;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i twelve = _mm256_set1_epi8(12);
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) float tmp[32];
+  alignas(32) int32_t q[32];
+  for (int64_t g = 0; g < groups; ++g) {
+    uint8_t* grp = out + g * kGroupBytes;
+    int8_t* ev = reinterpret_cast<int8_t*>(grp);
+    int8_t* od = reinterpret_cast<int8_t*>(grp + 32);
+    float* xs = reinterpret_cast<float*>(grp + 96);
+    for (int b = 0; b < 2; ++b) {
+      const int64_t base = g * kGroup + 32 * b;
+      const int64_t left = cols - base;
+      if (left <= 0) {
+        for (int j = 0; j < 16; ++j) ev[16 * b + j] = od[16 * b + j] = 0;
+        for (int j = 0; j < 4; ++j) xs[4 * b + j] = 0.0f;
+        continue;
+      }
+      const float* src = x + base;
+      if (left < 32) {  // NVFP4 allows a last block of 16
+        for (int i = 0; i < 32; ++i) tmp[i] = i < left ? x[base + i] : 0.0f;
+        src = tmp;
+      }
+      __m256 v[4];
+      __m256 m = _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_loadu_ps(src + 8 * k);
+        m = _mm256_max_ps(m, _mm256_and_ps(v[k], abs_mask));
+      }
+      const float amax = hmax(m);
+      const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      for (int k = 0; k < 4; ++k)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(q + 8 * k), _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv)));
+      for (int j = 0; j < 16; ++j) {
+        ev[16 * b + j] = int8_t(q[2 * j]);
+        od[16 * b + j] = int8_t(q[2 * j + 1]);
+      }
+      for (int j = 0; j < 4; ++j) xs[4 * b + j] = amax / 127.0f;
+    }
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp));
+    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp + 32));
+    __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(twelve, lo), _mm256_maddubs_epi16(twelve, hi));
+    __m256i c = _mm256_madd_epi16(s, ones);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(grp + 64), _mm256_sub_epi32(_mm256_setzero_si256(), c));
+  }
+}
+
+void copy_plain_token(const float* x, int64_t cols, float* out) {
+  const int64_t padded = round_up(cols, kPad);
+  for (int64_t c = 0; c < padded; ++c) out[c] = c < cols ? x[c] : 0.0f;
+}
+
+void split_even_odd_token(const float* x, int64_t cols, float* out) {
+  const int64_t padded = round_up(cols, kPad);
+  for (int64_t c = 0; c < padded; c += 16)
+    for (int j = 0; j < 8; ++j) {
+      out[c + j] = c + 2 * j < cols ? x[c + 2 * j] : 0.0f;
+      out[c + 8 + j] = c + 2 * j + 1 < cols ? x[c + 2 * j + 1] : 0.0f;
+    }
+}
+
+// ---- FP4 ----------------------------------------------------------------------
+
+// MXFP4 scales of one group (2 UE8M0 bytes in the low bytes of s) as 8 dwords.
+inline __m256 mx_scales(__m128i s) {
+  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  __m256i e = _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(s), spread);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+
+// NVFP4 scales of one group (4 E4M3 bytes) as 8 dwords, times 2^-8: each
+// byte doubled, sign-extended to 16 bits, (v << 7) & 0xBF80 is the f16 of
+// value * 2^-8 (see linear_avx512.cpp).
+inline __m256 nv_scales(__m128i s) {
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
+  __m128i w = _mm_cvtepi8_epi16(_mm_shuffle_epi8(s, dup));
+  __m128i f = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(int16_t(0xBF80)));
+  return _mm256_cvtph_ps(f);
+}
+
+template <int T>
+inline void fp4_step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g, __m256* acc) {
+  const __m256i lut = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+  __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* a = acts[t] + g * kGroupBytes;
+    // u8 (<= 24) x s8 (|q| <= 127): pair sums <= 6096, the two halves' sum
+    // <= 12192, so the 16-bit steps never saturate.
+    __m256i p = _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(a))),
+        _mm256_maddubs_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 32))));
+    __m256i d = _mm256_add_epi32(_mm256_madd_epi16(p, ones),
+                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 64)));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
+                             _mm256_mul_ps(ws, _mm256_load_ps(reinterpret_cast<const float*>(a + 96))), acc[t]);
+  }
+}
+
+template <int T, bool kNv>
+void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8_t* const* acts,
+             float* dots) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const int64_t full = cols / kGroup;
+  for (int64_t g = 0; g < full; ++g) {
+    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + 32 * g + kPrefetch), _MM_HINT_T0);
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g));
+    __m256 ws;
+    if constexpr (kNv) {
+      int32_t s;
+      __builtin_memcpy(&s, srow + 4 * g, 4);
+      ws = nv_scales(_mm_cvtsi32_si128(s));
+    } else {
+      uint16_t s;
+      __builtin_memcpy(&s, srow + 2 * g, 2);
+      ws = mx_scales(_mm_cvtsi32_si128(s));
+    }
+    fp4_step<T>(v, ws, acts, g, acc);
+  }
+  const int64_t rem = cols % kGroup;  // 16, 32 or 48 elements
+  if (rem > 0) {
+    alignas(32) uint8_t wbuf[64], sbuf[64];
+    copy_tail(wrow + 32 * full, rem / 2, wbuf);
+    copy_tail(srow + (kNv ? 4 : 2) * full, kNv ? rem / 16 : rem / 32, sbuf);
+    __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wbuf));
+    __m128i s = _mm_load_si128(reinterpret_cast<const __m128i*>(sbuf));
+    fp4_step<T>(v, kNv ? nv_scales(s) : mx_scales(s), acts, full, acc);
+  }
+  for (int t = 0; t < T; ++t) dots[t] = hsum(acc[t]);
+}
+
+// ---- FP8 block-128 ---------------------------------------------------------------
+
+inline float ue8m0_value(uint8_t e) {
+  if (e == 0) return bits_to_float(0x00400000u);
+  if (e == 255) return bits_to_float(0x7FC00000u);
+  return bits_to_float(uint32_t(e) << 23);
+}
+
+// 16 E4M3 codes -> two vectors of 8 f32 (values times 2^-8, exact).
+inline void e4m3x16_to_f32(__m128i codes, __m256* lo, __m256* hi) {
+  __m256i f = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7),
+                               _mm256_set1_epi16(int16_t(0xBF80)));
+  *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(f));
+  *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(f, 1));
+}
+
+// dots[r * T + t] for R rows of stride ldw in one 128-row band: the R rows
+// share every activation load (see linear_avx512.cpp). With R * T <= 2 each
+// 128-column tile sums into its own registers and is scaled once; beyond,
+// AVX2's 16 registers do not allow that and the scale multiplies the
+// widened weights.
+template <int R, int T>
+void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t cols,
+              const uint8_t* const* acts, float* dots) {
+  constexpr bool kTileAcc = R * T <= 2;
+  __m256 acc[R][T], tacc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = tacc[r][t] = _mm256_setzero_ps();
+  for (int64_t col = 0; col < cols; col += 16) {
+    const __m256 s = _mm256_set1_ps(tile_scale[col / 128]);
+    __m256 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w0 + r * ldw + col;
+      if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch), _MM_HINT_T0);
+      __m128i codes;
+      if (col + 16 <= cols) {
+        codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      } else {
+        alignas(16) uint8_t buf[64];
+        copy_tail(p, cols - col, buf);
+        codes = _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+      }
+      e4m3x16_to_f32(codes, &lo[r], &hi[r]);
+      if constexpr (!kTileAcc) {
+        lo[r] = _mm256_mul_ps(lo[r], s);
+        hi[r] = _mm256_mul_ps(hi[r], s);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + col;
+      const __m256 xl = _mm256_load_ps(xt), xh = _mm256_load_ps(xt + 8);
+      for (int r = 0; r < R; ++r) {
+        __m256& a = kTileAcc ? tacc[r][t] : acc[r][t];
+        a = _mm256_fmadd_ps(lo[r], xl, a);
+        a = _mm256_fmadd_ps(hi[r], xh, a);
+      }
+    }
+    if constexpr (kTileAcc) {
+      if ((col & 127) == 112 || col + 16 >= cols) {  // the tile's last chunk
+        for (int r = 0; r < R; ++r)
+          for (int t = 0; t < T; ++t) {
+            acc[r][t] = _mm256_fmadd_ps(tacc[r][t], s, acc[r][t]);
+            tacc[r][t] = _mm256_setzero_ps();
+          }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) dots[r * T + t] = hsum(acc[r][t]);
+}
+
+// ---- BF16 and F32 ----------------------------------------------------------------
+
+template <int T>
+void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  for (int64_t c = 0; c < cols; c += 16) {
+    if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * c + kPrefetch), _MM_HINT_T0);
+    __m256i v;
+    if (c + 16 <= cols) {
+      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 2 * c));
+    } else {
+      alignas(32) uint8_t buf[64];
+      copy_tail(wrow + 2 * c, 2 * (cols - c), buf);
+      v = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+    }
+    __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
+    for (int t = 0; t < T; ++t) {
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
+      acc[t] = _mm256_fmadd_ps(even, _mm256_load_ps(xt), acc[t]);
+      acc[t] = _mm256_fmadd_ps(odd, _mm256_load_ps(xt + 8), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) dots[t] = hsum(acc[t]);
+}
+
+template <int T>
+void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const float* w = reinterpret_cast<const float*>(wrow);
+  for (int64_t c = 0; c < cols; c += 8) {
+    if ((c & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(w + c) + kPrefetch, _MM_HINT_T0);
+    __m256 v;
+    if (c + 8 <= cols) {
+      v = _mm256_loadu_ps(w + c);
+    } else {
+      const int64_t left = cols - c;
+      const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      v = _mm256_maskload_ps(w + c, _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(left)), idx));
+    }
+    for (int t = 0; t < T; ++t) {
+      const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
+      acc[t] = _mm256_fmadd_ps(v, _mm256_load_ps(xt), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) dots[t] = hsum(acc[t]);
+}
+
+// ---- Row ranges ------------------------------------------------------------------
+
+int64_t row_bytes(const RawWeights& w) {
+  switch (w.kind) {
+    case WeightKind::mxfp4:
+    case WeightKind::nvfp4: return w.cols / 2;
+    case WeightKind::fp8_ue8m0:
+    case WeightKind::fp8_f32: return w.cols;
+    case WeightKind::bf16: return w.cols * 2;
+    case WeightKind::f32: return w.cols * 4;
+  }
+  return w.cols;
+}
+
+template <int T>
+inline void store_row(const RowsOut& out, int64_t r, int64_t t0, const float* dots, float scale) {
+  for (int t = 0; t < T; ++t) {
+    const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
+    float* y = out.y + yi * out.ldy + r;
+    const float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
+    *y = out.accumulate ? *y + v : v;
+  }
+}
+
+// FP8 rows [r0, r1) x tokens [t0, t0 + T): 2 rows at a time within a
+// 128-row band, 64 tiles (8192 columns) of scales at a time.
+template <int T>
+void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+               const RowsOut& out) {
+  const int64_t cols = w.cols, tiles = (cols + 127) / 128;
+  float tile_scale[64];
+  int64_t have_band = -1, have_c0 = -1;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t band = r / 128;
+    const bool two = r1 - r >= 2 && (band + 1) * 128 - r >= 2;
+    float dots[2 * T] = {};
+    for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
+      const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
+      if (band != have_band || c0 != have_c0) {
+        for (int64_t c = 0; c < nt; ++c) {
+          const int64_t si = band * tiles + c0 + c;
+          const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
+          tile_scale[c] = sv * 256.0f;
+        }
+        have_band = band;
+        have_c0 = c0;
+      }
+      const int64_t span = (c0 + nt) * 128 < cols ? nt * 128 : cols - c0 * 128;
+      const uint8_t* shifted[T];
+      for (int t = 0; t < T; ++t) shifted[t] = acts[t] + c0 * 128 * 4;
+      float part[2 * T];
+      if (two) fp8_rows<2, T>(w.data + r * cols + c0 * 128, cols, tile_scale, span, shifted, part);
+      else fp8_rows<1, T>(w.data + r * cols + c0 * 128, cols, tile_scale, span, shifted, part);
+      for (int i = 0; i < (two ? 2 : 1) * T; ++i) dots[i] += part[i];
+    }
+    for (int i = 0; i < (two ? 2 : 1); ++i) store_row<T>(out, r + i, t0, dots + i * T, 1.0f);
+    r += two ? 2 : 1;
+  }
+}
+
+template <int T>
+void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
+                 int64_t t0, const RowsOut& out) {
+  if (w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32) {
+    fp8_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
+  float dots[T] = {};
+  const int64_t cols = w.cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    float scale = 1.0f;
+    switch (w.kind) {
+      case WeightKind::mxfp4:
+        fp4_row<T, false>(w.data + r * (cols / 2), w.scales + r * (cols / 32), cols, acts, dots);
+        scale = 0.5f;
+        break;
+      case WeightKind::nvfp4:
+        fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
+        scale = 0.5f * 256.0f * w.global_scale;
+        break;
+      case WeightKind::bf16:
+        bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
+        break;
+      case WeightKind::f32:
+        f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
+        break;
+      case WeightKind::fp8_ue8m0:
+      case WeightKind::fp8_f32: break;  // fp8_range
+    }
+    store_row<T>(out, r, t0, dots, scale);
+  }
+}
+
+template <int T>
+void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, int64_t t0,
+                    const RowsOut& out) {
+  const uint8_t* acts[T];
+  for (int t = 0; t < T; ++t)
+    acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+  rows_tokens<T>(w, r0, r1, acts, t0, out);
+}
+
+// e^x for x in [-87, 88]: 2^n by building the exponent field, 2^f by Taylor.
+inline __m256 exp_ps(__m256 x) {
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+}  // namespace
+
+// ---- Entry points ----------------------------------------------------------------
+
+int64_t acts_stride_avx2(ActsClass c, int64_t cols) {
+  const int64_t padded = round_up(cols, kPad);
+  return c == ActsClass::int8_blocks ? padded / kGroup * kGroupBytes : padded * 4;
+}
+
+void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out) {
+  const int64_t stride = acts_stride_avx2(c, cols);
+  for (int64_t t = 0; t < n; ++t) {
+    uint8_t* o = out + t * stride;
+    switch (c) {
+      case ActsClass::int8_blocks: quantize_int8_token(x + t * cols, cols, o); break;
+      case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+    }
+  }
+}
+
+void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
+                      const RowsOut& out) {
+  // Token groups of kTokens, row tiles of ~256 KB reused from L2 by every
+  // group (see linear_avx512.cpp).
+  const int64_t rb = row_bytes(w) > 0 ? row_bytes(w) : 1;
+  int64_t tile = (256 * 1024) / rb;
+  if (tile < 2) tile = 2;
+  if (a.n <= kTokens) tile = r1 - r0;
+  for (int64_t rt = r0; rt < r1; rt += tile) {
+    const int64_t re = rt + tile < r1 ? rt + tile : r1;
+    for (int64_t t0 = 0; t0 < a.n; t0 += kTokens) {
+      switch (a.n - t0 >= kTokens ? kTokens : a.n - t0) {
+        case 1: rows_tokens_at<1>(w, rt, re, a, t0, out); break;
+        case 2: rows_tokens_at<2>(w, rt, re, a, t0, out); break;
+        case 3: rows_tokens_at<3>(w, rt, re, a, t0, out); break;
+        default: rows_tokens_at<4>(w, rt, re, a, t0, out); break;
+      }
+    }
+  }
+}
+
+void swiglu_avx2(float* g, const float* u, int64_t n, float limit) {
+  const bool clamp = limit > 0.0f;
+  const __m256 hi = _mm256_set1_ps(limit), lo = _mm256_set1_ps(-limit);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+    if (clamp) {
+      gv = _mm256_min_ps(gv, hi);
+      uv = _mm256_max_ps(_mm256_min_ps(uv, hi), lo);
+    }
+    __m256 e = exp_ps(_mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv),
+                                                  _mm256_set1_ps(-87.0f)),
+                                    _mm256_set1_ps(88.0f)));
+    __m256 s = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(g + i, _mm256_mul_ps(s, uv));
+  }
+  if (i < n) {  // the tail through a zero-padded copy
+    alignas(32) float gb[8] = {0}, ub[8] = {0};
+    for (int64_t k = i; k < n; ++k) {
+      gb[k - i] = g[k];
+      ub[k - i] = u[k];
+    }
+    swiglu_avx2(gb, ub, 8, limit);
+    for (int64_t k = i; k < n; ++k) g[k] = gb[k - i];
+  }
+}
+
+}  // namespace nibble::x86

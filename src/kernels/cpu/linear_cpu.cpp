@@ -1,0 +1,170 @@
+// The baseline (non-ISA) half of the CPU SIMD linear kernels: validation,
+// scratch memory, threading. The arithmetic lives in linear_avx2.cpp and
+// linear_avx512.cpp, reached through kernels_x86.h.
+#include "kernels/cpu/linear_cpu.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "format/block.h"
+#include "util/error.h"
+
+namespace nibble {
+
+namespace cpu {
+
+namespace {
+
+using x86::ActsClass;
+using x86::WeightKind;
+
+ActsClass acts_class_avx2(WeightKind kind) {
+  switch (kind) {
+    case WeightKind::mxfp4:
+    case WeightKind::nvfp4: return ActsClass::int8_blocks;
+    case WeightKind::bf16: return ActsClass::f32_even_odd;
+    case WeightKind::fp8_ue8m0:
+    case WeightKind::fp8_f32:
+    case WeightKind::f32: return ActsClass::f32_plain;
+  }
+  return ActsClass::f32_plain;
+}
+
+ActsClass acts_class_avx512(WeightKind kind) { return acts_class_avx2(kind); }
+
+const IsaKernels kAvx2 = {CpuIsa::avx2, acts_class_avx2, x86::acts_stride_avx2, x86::prepare_acts_avx2,
+                          x86::linear_rows_avx2, x86::swiglu_avx2};
+const IsaKernels kAvx512 = {CpuIsa::avx512, acts_class_avx512, x86::acts_stride_avx512,
+                            x86::prepare_acts_avx512, x86::linear_rows_avx512, x86::swiglu_avx512};
+
+}  // namespace
+
+const IsaKernels& isa_kernels(CpuIsa isa) {
+  if (isa == CpuIsa::ref) fail("the scalar reference has no SIMD kernels");
+  if (std::string why = cpu_isa_unsupported(isa, host_cpu_features()); !why.empty())
+    fail("cannot run ", cpu_isa_name(isa), " kernels on this CPU: ", why);
+  return isa == CpuIsa::avx2 ? kAvx2 : kAvx512;
+}
+
+x86::RawWeights raw_weights(const WeightView& w) {
+  x86::RawWeights r{};
+  r.rows = w.rows;
+  r.cols = w.cols;
+  r.data = w.data;
+  r.scales = w.scales;
+  r.global_scale = w.global_scale;
+  if (w.rows < 0 || w.cols <= 0) fail("tensor ", w.name, ": bad shape [", w.rows, ", ", w.cols, "]");
+  if (!w.data && w.rows > 0) fail("tensor ", w.name, ": no data");
+  switch (w.format) {
+    case Format::mxfp4:
+      if (w.cols % kMxfp4Block != 0)
+        fail("tensor ", w.name, ": MXFP4 needs in-features divisible by 32, got ", w.cols);
+      r.kind = x86::WeightKind::mxfp4;
+      break;
+    case Format::nvfp4:
+      if (w.cols % kNvfp4Block != 0)
+        fail("tensor ", w.name, ": NVFP4 needs in-features divisible by 16, got ", w.cols);
+      r.kind = x86::WeightKind::nvfp4;
+      break;
+    case Format::fp8_block128:
+      r.kind = w.fp8_scale == Fp8ScaleType::ue8m0 ? x86::WeightKind::fp8_ue8m0 : x86::WeightKind::fp8_f32;
+      break;
+    case Format::bf16: r.kind = x86::WeightKind::bf16; break;
+    case Format::f32: r.kind = x86::WeightKind::f32; break;
+    case Format::int_index: fail("tensor ", w.name, ": an integer index tensor is not a weight matrix");
+  }
+  const bool scaled = w.format == Format::mxfp4 || w.format == Format::nvfp4 || w.format == Format::fp8_block128;
+  if (scaled && !w.scales && w.rows > 0) fail("tensor ", w.name, ": ", format_name(w.format), " weights without scales");
+  return r;
+}
+
+uint8_t* ScratchBuffer::get(size_t bytes) {
+  if (bytes > size_ || !buf_) {
+    size_t size = std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096);
+    uint8_t* p = static_cast<uint8_t*>(std::aligned_alloc(64, size));
+    if (!p) fail("out of memory: kernel scratch of ", size, " bytes");
+    buf_.reset(p);
+    size_ = size;
+  }
+  return buf_.get();
+}
+
+void parallel_items(ThreadPool* pool, int64_t n_items, FunctionRef<void(int64_t, int)> fn) {
+  if (n_items <= 0) return;
+  if (!pool || pool->size() <= 1 || n_items == 1) {
+    for (int64_t i = 0; i < n_items; ++i) fn(i, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool->run([&](int thread, int) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) fn(i, thread);
+  });
+}
+
+int64_t row_chunk(int64_t rows, int threads) {
+  if (threads <= 1) return std::max<int64_t>(rows, 1);
+  int64_t chunk = (rows + 4 * threads - 1) / (4 * threads);
+  chunk = (chunk + 15) / 16 * 16;
+  return std::max<int64_t>(chunk, 16);
+}
+
+x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const float* x, int64_t n,
+                               int64_t cols, ScratchBuffer& buf, ThreadPool* pool) {
+  const int64_t stride = k.acts_stride(c, cols);
+  uint8_t* out = buf.get(size_t(std::max<int64_t>(n, 1) * stride));
+  if (pool && n >= 64) {
+    pool->parallel_for(n, [&](int64_t b, int64_t e, int) {
+      k.prepare_acts(c, x + b * cols, e - b, cols, out + b * stride);
+    });
+  } else {
+    k.prepare_acts(c, x, n, cols, out);
+  }
+  return {out, stride, n, nullptr, c};
+}
+
+}  // namespace cpu
+
+namespace {
+
+void linear_simd(CpuIsa isa, const WeightView& w, const float* x, int64_t n, float* y,
+                 ThreadPool* pool) {
+  const cpu::IsaKernels& k = cpu::isa_kernels(isa);
+  const x86::RawWeights raw = cpu::raw_weights(w);
+  if (n < 0) fail("tensor ", w.name, ": negative token count ", n);
+  if (n == 0 || w.rows == 0) return;
+  if (!x || !y) fail("tensor ", w.name, ": null activations");
+  // Activations are prepared once per call into this thread's scratch (the
+  // workers only read them).
+  thread_local cpu::ScratchBuffer acts_buf;
+  const x86::PreparedActs acts =
+      cpu::prepare_acts(k, k.acts_class(raw.kind), x, n, w.cols, acts_buf, pool);
+  const x86::RowsOut out{y, w.rows, nullptr, false, nullptr};
+  const int threads = pool ? pool->size() : 1;
+  const int64_t chunk = cpu::row_chunk(w.rows, threads);
+  const int64_t items = (w.rows + chunk - 1) / chunk;
+  cpu::parallel_items(pool, items, [&](int64_t i, int) {
+    const int64_t r0 = i * chunk, r1 = std::min(w.rows, r0 + chunk);
+    k.linear_rows(raw, r0, r1, acts, out);
+  });
+}
+
+}  // namespace
+
+void linear_avx2(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  linear_simd(CpuIsa::avx2, w, x, n, y, pool);
+}
+
+void linear_avx512(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  linear_simd(CpuIsa::avx512, w, x, n, y, pool);
+}
+
+LinearFn linear_for_isa(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::ref: return linear_ref;
+    case CpuIsa::avx2: return linear_avx2;
+    case CpuIsa::avx512: return linear_avx512;
+  }
+  return linear_ref;
+}
+
+}  // namespace nibble

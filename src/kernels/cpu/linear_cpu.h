@@ -1,0 +1,80 @@
+// The CPU SIMD linear kernels (AVX2, AVX-512) behind the LinearFn signature,
+// and the building blocks they share with the fused MoE kernel: weight
+// validation, activation preparation, per-ISA entry points, and dynamic
+// chunking of rows over the thread pool.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/kernels_x86.h"
+#include "kernels/linear.h"
+#include "runtime/thread_pool.h"
+
+namespace nibble {
+
+// Y[n, rows] = X[n, cols] · W^T. FP4 weights run against int8-quantized
+// activations (blocks of 32, scale amax/127); FP8, BF16 and F32 weights
+// against f32 activations with exact products. Throw nibble::Error (naming
+// the tensor) for a malformed view, or when this CPU lacks the ISA.
+void linear_avx2(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+void linear_avx512(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+
+// linear_ref, linear_avx2 or linear_avx512.
+LinearFn linear_for_isa(CpuIsa isa);
+
+namespace cpu {
+
+// One ISA's entry points (kernels_x86.h).
+struct IsaKernels {
+  CpuIsa isa;
+  // The activation layout this ISA (on this CPU) uses for a weight kind;
+  // kinds with equal classes share one prepared copy of x.
+  x86::ActsClass (*acts_class)(x86::WeightKind kind);
+  int64_t (*acts_stride)(x86::ActsClass c, int64_t cols);
+  void (*prepare_acts)(x86::ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
+  void (*linear_rows)(const x86::RawWeights& w, int64_t r0, int64_t r1,
+                      const x86::PreparedActs& a, const x86::RowsOut& out);
+  void (*swiglu)(float* g, const float* u, int64_t n, float limit);
+};
+
+// Throws nibble::Error for ref (no SIMD entry points) or an ISA this CPU
+// lacks (the kernels would die of SIGILL).
+const IsaKernels& isa_kernels(CpuIsa isa);
+
+// Checks the view (formats, divisibility, pointers; errors name w.name) and
+// flattens it for the kernels.
+x86::RawWeights raw_weights(const WeightView& w);
+
+// A 64-byte aligned buffer that only grows: kernels keep one per thread so
+// decode does not allocate per op.
+class ScratchBuffer {
+ public:
+  uint8_t* get(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> buf_;
+  size_t size_ = 0;
+};
+
+// Runs fn(item, thread) for item in [0, n_items) on all threads of the pool
+// (or inline when pool is null), items claimed one by one from a shared
+// counter so that a thread slowed by another process does not hold up the op.
+void parallel_items(ThreadPool* pool, int64_t n_items, FunctionRef<void(int64_t, int)> fn);
+
+// Rows per work item for a matrix of `rows` rows on `threads` threads:
+// several items per thread for balance, each large enough (>= 16 rows) to
+// amortise the claim.
+int64_t row_chunk(int64_t rows, int threads);
+
+// Prepares x [n, cols] for `c` into `buf` (parallel over tokens for large n).
+x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const float* x, int64_t n,
+                               int64_t cols, ScratchBuffer& buf, ThreadPool* pool);
+
+}  // namespace cpu
+}  // namespace nibble

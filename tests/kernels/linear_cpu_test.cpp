@@ -1,0 +1,236 @@
+// Every SIMD linear kernel against the scalar reference (dequantize_row +
+// f64 accumulation) on random weights of awkward shapes, every format,
+// batches 1..17, with and without threads.
+//
+// Error budgets, derived from what each path rounds:
+// - f32-activation paths (FP8, BF16, F32 weights): products are exact (the
+//   weights widen to f32 exactly), only the f32 accumulation rounds, so the
+//   result is within 1e-5 relative L2 of the f64 reference.
+// - int8-activation paths (MXFP4, NVFP4): x is rounded to int8 per block of
+//   32 with step d_b = amax_b / 127, so each output is off by at most
+//   sum_j |w_j| * d_b(j) / 2 (checked per element), and on Gaussian data the
+//   error's RMS is sqrt(sum_j w_j^2 d_b(j)^2 / 12) (checked in L2, within 30%).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_cpu.h"
+#include "kernels/cpu/random_weights.h"
+#include "rounding.h"
+#include "runtime/thread_pool.h"
+#include "util/error.h"
+
+namespace nibble {
+namespace {
+
+struct Case {
+  Format format;
+  int64_t rows, cols;
+  Fp8ScaleType fp8 = Fp8ScaleType::ue8m0;
+};
+
+std::string describe(const Case& c, int64_t n, CpuIsa isa) {
+  return std::string(format_name(c.format)) + (c.format == Format::fp8_block128 && c.fp8 == Fp8ScaleType::f32 ? "(f32 scales)" : "") +
+         " [" + std::to_string(c.rows) + " x " + std::to_string(c.cols) + "] n=" + std::to_string(n) +
+         " isa=" + cpu_isa_name(isa);
+}
+
+bool isa_available(CpuIsa isa) { return cpu_isa_unsupported(isa, host_cpu_features()).empty(); }
+
+// Dequantized weights, row-major [rows, cols], f64.
+std::vector<double> dequantized(const WeightView& w) {
+  std::vector<float> row(size_t(w.cols));
+  std::vector<double> out(size_t(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w, r, row.data());
+    for (int64_t c = 0; c < w.cols; ++c) out[size_t(r * w.cols + c)] = row[size_t(c)];
+  }
+  return out;
+}
+
+void check_case(const Case& c, CpuIsa isa, int64_t n, ThreadPool* pool, uint64_t seed) {
+  SCOPED_TRACE(describe(c, n, isa));
+  OwnedWeights w = random_weights(c.format, c.rows, c.cols, seed, c.fp8);
+  std::vector<float> x(size_t(n * c.cols));
+  random_normal(x.data(), int64_t(x.size()), seed + 101);
+  std::vector<float> y(size_t(n * c.rows), NAN), ref(size_t(n * c.rows));
+  linear_for_isa(isa)(w.view, x.data(), n, y.data(), pool);
+  linear_ref(w.view, x.data(), n, ref.data(), nullptr);
+
+  const x86::ActsClass cls = cpu::isa_kernels(isa).acts_class(cpu::raw_weights(w.view).kind);
+  if (cls != x86::ActsClass::int8_blocks) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(y[i])) << "output " << i;
+      num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+      den += double(ref[i]) * ref[i];
+    }
+    EXPECT_LE(std::sqrt(num / den), 1e-5);
+    return;
+  }
+
+  // The int8 budget, from the activation quantization steps.
+  std::vector<double> wd = dequantized(w.view);
+  std::vector<double> step(size_t(n * c.cols));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t b = 0; b < c.cols; b += 32) {
+      double amax = 0;
+      for (int64_t j = b; j < std::min(b + 32, c.cols); ++j) amax = std::max(amax, std::fabs(double(x[size_t(t * c.cols + j)])));
+      for (int64_t j = b; j < std::min(b + 32, c.cols); ++j) step[size_t(t * c.cols + j)] = amax / 127.0;
+    }
+  double err2 = 0, pred2 = 0;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < c.rows; ++r) {
+      double hard = 0, var = 0, mag = 0;
+      for (int64_t j = 0; j < c.cols; ++j) {
+        double wj = wd[size_t(r * c.cols + j)], sj = step[size_t(t * c.cols + j)];
+        hard += std::fabs(wj) * sj / 2;
+        var += wj * wj * sj * sj / 12;
+        mag += std::fabs(wj * x[size_t(t * c.cols + j)]);
+      }
+      const double got = y[size_t(t * c.rows + r)], want = ref[size_t(t * c.rows + r)];
+      // f32 accumulation and scale products add a few ulps of the magnitude.
+      ASSERT_LE(std::fabs(got - want), hard * 1.0001 + 1e-5 * mag + 1e-30)
+          << "token " << t << " row " << r << ": " << got << " vs " << want;
+      err2 += (got - want) * (got - want);
+      pred2 += var;
+    }
+  // Statistically: the RMS error matches the uniform-rounding prediction.
+  if (n * c.rows >= 200) {
+    EXPECT_LE(std::sqrt(err2 / pred2), 1.3);
+    EXPECT_GE(std::sqrt(err2 / pred2), 0.7);
+  }
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      // FP4: cols multiples of the block but not of 64 / 128 (every tail).
+      {Format::mxfp4, 61, 32}, {Format::mxfp4, 7, 96}, {Format::mxfp4, 200, 160}, {Format::mxfp4, 33, 416},
+      {Format::mxfp4, 3, 4096},
+      {Format::nvfp4, 61, 16}, {Format::nvfp4, 7, 48}, {Format::nvfp4, 200, 80}, {Format::nvfp4, 33, 144},
+      {Format::nvfp4, 17, 272}, {Format::nvfp4, 5, 2064},
+      // FP8: rows across 128-row scale bands, cols not multiples of 16/128,
+      // and a row wider than 64 tiles.
+      {Format::fp8_block128, 1, 1}, {Format::fp8_block128, 7, 100}, {Format::fp8_block128, 257, 129},
+      {Format::fp8_block128, 130, 300}, {Format::fp8_block128, 3, 8320},
+      {Format::fp8_block128, 131, 200, Fp8ScaleType::f32}, {Format::fp8_block128, 5, 8195, Fp8ScaleType::f32},
+      // BF16 / F32: odd sizes; F32 4100 cols makes row tiles of 16 rows.
+      {Format::bf16, 1, 1}, {Format::bf16, 9, 17}, {Format::bf16, 100, 257}, {Format::bf16, 3, 33},
+      {Format::f32, 1, 3}, {Format::f32, 13, 100}, {Format::f32, 61, 4100},
+  };
+  return all;
+}
+
+class LinearCpu : public ::testing::TestWithParam<CpuIsa> {};
+
+TEST_P(LinearCpu, MatchesReferenceSingleThread) {
+  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  uint64_t seed = 1;
+  for (const Case& c : cases())
+    for (int64_t n : {1, 2, 3, 5, 8, 9, 17}) check_case(c, GetParam(), n, nullptr, seed++);
+}
+
+TEST_P(LinearCpu, MatchesReferenceThreaded) {
+  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  ThreadPool pool(3);  // more threads than cores: uneven, preempted parts
+  uint64_t seed = 1000;
+  for (const Case& c : cases())
+    for (int64_t n : {1, 4, 16}) check_case(c, GetParam(), n, &pool, seed++);
+}
+
+TEST_P(LinearCpu, RejectsMalformedViews) {
+  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  OwnedWeights w = random_weights(Format::mxfp4, 4, 64, 7);
+  std::vector<float> x(64), y(4);
+  WeightView bad = w.view;
+  bad.cols = 48;  // not a multiple of 32
+  bad.name = "layers.0.ffn.experts.3.w1";
+  try {
+    linear_for_isa(GetParam())(bad, x.data(), 1, y.data(), nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.0.ffn.experts.3.w1"), std::string::npos) << e.what();
+  }
+  bad = w.view;
+  bad.scales = nullptr;
+  EXPECT_THROW(linear_for_isa(GetParam())(bad, x.data(), 1, y.data(), nullptr), Error);
+  bad = w.view;
+  bad.format = Format::int_index;
+  EXPECT_THROW(linear_for_isa(GetParam())(bad, x.data(), 1, y.data(), nullptr), Error);
+}
+
+TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
+  // x_j = k_j * 2^s with integer |k_j| <= 127 and each block's amax exactly
+  // 127 * 2^s: the int8 quantization is lossless, so the FP4 paths must then
+  // meet the f32 budget (this catches scale mistakes far below the int8
+  // rounding noise).
+  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  uint64_t seed = 500;
+  for (const Case& c : cases()) {
+    if (c.format != Format::mxfp4 && c.format != Format::nvfp4) continue;
+    for (int64_t n : {1, 3, 9}) {
+      SCOPED_TRACE(describe(c, n, GetParam()));
+      OwnedWeights w = random_weights(c.format, c.rows, c.cols, seed++);
+      std::vector<float> g(size_t(n * c.cols));
+      random_normal(g.data(), int64_t(g.size()), seed++);
+      std::vector<float> x(g.size());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t b = 0; b < c.cols; b += 32) {  // the kernels' blocks: per token
+          const size_t base = size_t(t * c.cols + b), k = size_t(b / 32 + t);
+          const float scale = std::ldexp(1.0f, int(k % 7) - 3);
+          for (size_t j = base; j < base + size_t(std::min<int64_t>(32, c.cols - b)); ++j)
+            x[j] = std::clamp(std::nearbyint(g[j] * 40.0f), -127.0f, 127.0f) * scale;
+          x[base + k % 16] = (k % 2 ? -127.0f : 127.0f) * scale;
+        }
+      std::vector<float> y(size_t(n * c.rows)), ref(y.size());
+      linear_for_isa(GetParam())(w.view, x.data(), n, y.data(), nullptr);
+      linear_ref(w.view, x.data(), n, ref.data(), nullptr);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
+        den += double(ref[i]) * ref[i];
+      }
+      EXPECT_LE(std::sqrt(num / den), 1e-5);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, LinearCpu, ::testing::Values(CpuIsa::avx2, CpuIsa::avx512),
+                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
+
+TEST(LinearCpu, ZeroAndConstantBlocksStayExact) {
+  // A block of zero activations has amax 0 (scale 0, no division by zero);
+  // a constant block quantizes exactly.
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!isa_available(isa)) continue;
+    for (Format f : {Format::mxfp4, Format::nvfp4}) {
+      OwnedWeights w = random_weights(f, 9, 96, 3);
+      std::vector<float> x(96, 0.0f);
+      for (int j = 32; j < 64; ++j) x[size_t(j)] = 0.75f;
+      std::vector<float> y(9), ref(9);
+      linear_for_isa(isa)(w.view, x.data(), 1, y.data(), nullptr);
+      linear_ref(w.view, x.data(), 1, ref.data(), nullptr);
+      for (int r = 0; r < 9; ++r) EXPECT_NEAR(y[size_t(r)], ref[size_t(r)], 1e-6 * (1 + std::fabs(ref[size_t(r)])));
+    }
+  }
+}
+
+TEST(CpuIsa, ParseAndSupport) {
+  EXPECT_EQ(parse_cpu_isa("ref"), CpuIsa::ref);
+  EXPECT_EQ(parse_cpu_isa("auto"), best_cpu_isa(host_cpu_features()));
+  EXPECT_THROW(parse_cpu_isa("sse9"), Error);
+  CpuFeatures none;
+  EXPECT_NE(cpu_isa_unsupported(CpuIsa::avx2, none).find("AVX2"), std::string::npos);
+  EXPECT_EQ(best_cpu_isa(none), CpuIsa::ref);
+  CpuFeatures avx2;
+  avx2.avx2 = avx2.fma = avx2.f16c = true;
+  EXPECT_EQ(best_cpu_isa(avx2), CpuIsa::avx2);
+  EXPECT_NE(cpu_isa_unsupported(CpuIsa::avx512, avx2).find("VNNI"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nibble

@@ -1,0 +1,48 @@
+// What the SIMD kernels do to activations before a product, rewritten from
+// the definitions (not from the kernels) so tests can build references that
+// round the same way: int8 blocks of 32 before FP4 weights.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/linear_cpu.h"
+
+namespace nibble::test {
+
+// v[rows, cols] rounded to the int8 grid: per row and block of 32, step
+// amax / 127 (f32), q = round-half-even(v * (127 / amax)).
+inline void round_int8_blocks(std::vector<float>& v, int64_t cols) {
+  for (size_t r = 0; r < v.size() / size_t(cols); ++r)
+    for (int64_t b = 0; b < cols; b += 32) {
+      float* p = v.data() + r * size_t(cols) + size_t(b);
+      const int64_t len = std::min<int64_t>(32, cols - b);
+      float amax = 0.0f;
+      for (int64_t j = 0; j < len; ++j) amax = std::max(amax, std::fabs(p[j]));
+      const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (int64_t j = 0; j < len; ++j) p[j] = std::nearbyint(p[j] * inv) * d;
+    }
+}
+
+// Rounds x [.., cols] the way `isa` prepares activations for weights of `w`.
+inline void round_like_kernel(std::vector<float>& x, int64_t cols, CpuIsa isa, const WeightView& w) {
+  const cpu::IsaKernels& k = cpu::isa_kernels(isa);
+  switch (k.acts_class(cpu::raw_weights(w).kind)) {
+    case x86::ActsClass::int8_blocks: round_int8_blocks(x, cols); break;
+    case x86::ActsClass::f32_even_odd:
+    case x86::ActsClass::f32_plain: break;
+  }
+}
+
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace nibble::test
