@@ -47,6 +47,10 @@ echo "bytes      $BYTES"
 echo "cp         $CP s  ($(echo "$BYTES / $CP / 1000000" | bc) MB/s)   runs: $(tr '\n' ' ' < "$WORK/cp")"
 echo "cp+sync    $CPS s  ($(echo "$BYTES / $CPS / 1000000" | bc) MB/s)   runs: $(tr '\n' ' ' < "$WORK/cpsync")"
 echo "convert    $CV s  ($(echo "$BYTES / $CV / 1000000" | bc) MB/s)   runs: $(tr '\n' ' ' < "$WORK/convert")"
+# CPU seconds (user + sys) of one more run each: on a shared, oversubscribed
+# machine wall time follows CPU time, not the disk.
+cpu() { rm -rf "$WORK/dst"; sync; /usr/bin/time -f "%U %S" "$@" 2>&1 >/dev/null | tail -1 | awk '{print $1 + $2}'; }
+echo "cpu s      cp $(cpu cp -r "$WORK/src" "$WORK/dst")  convert $(cpu "$NIBBLE" convert "$WORK/src" "$WORK/dst" --to nvfp4 --quiet)  (load $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "convert speed / cp speed       $(echo "scale=2; $CP / $CV" | bc)"
 echo "convert speed / cp+sync speed  $(echo "scale=2; $CPS / $CV" | bc)"
 rm -rf "$WORK"

@@ -187,14 +187,17 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
   std::map<std::string, float> pair_amax;  // expert -> max over w1, w3 (NVFP4 from float)
   std::map<std::string, int> pair_kmax;    // expert -> max block exponent over w1, w3
   std::vector<float> own(pending.size());  // per matrix: amax or k_max
+  std::vector<int> own_kmin(pending.size(), 0);  // per MXFP4 matrix: the smallest block exponent
   for (size_t i = 0; i < pending.size(); ++i) {
     const Pending& p = pending[i];
     check_cancel(progress.cancel);
     ExpertSource src = source_view(*p.t);
     const bool paired = p.name.proj != "w2";
     if (p.op == ExpertOp::mxfp4_to_nvfp4) {
-      int k = mxfp4_matrix_max_exponent(src, p.t->name);
+      int k = mxfp4_matrix_max_exponent(src, p.t->name);  // also rejects NaN scale codes
       own[i] = float(k);
+      const TensorInfo& sc = *p.t->parts[1];
+      own_kmin[i] = int(*std::min_element(sc.data, sc.data + sc.nbytes)) - 127;
       if (paired) {
         auto [it, fresh] = pair_kmax.emplace(p.name.expert, k);
         if (!fresh) it->second = std::max(it->second, k);
@@ -225,6 +228,7 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
     const bool paired = e.proj != "w2";
     if (p.op == ExpertOp::mxfp4_to_nvfp4) {
       e.params.k_max = paired ? pair_kmax.at(p.name.expert) : int(own[i]);
+      e.all_in_window = e.params.k_max - own_kmin[i] <= kMxfp4ToNvfp4Window;
     } else if (p.op == ExpertOp::float_to_nvfp4) {
       e.params.global_scale = nvfp4_global_scale(paired ? pair_amax.at(p.name.expert) : own[i]);
     }

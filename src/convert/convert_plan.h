@@ -42,6 +42,8 @@ struct ExpertItem {
   ExpertSource source;         // zero-copy view of the source tensors
   ExpertOp op = ExpertOp::mxfp4_to_nvfp4;
   ExpertTargetParams params;   // k_max or s_g, shared by a w1/w3 pair
+  bool all_in_window = false;  // MXFP4 -> NVFP4 with every block within 17 binades of k_max:
+                               // the packed bytes are the source's, only the scales change
   float input_scale = 0;       // NVFP4 target: the .input_scale written (see docs/convert.md)
 };
 

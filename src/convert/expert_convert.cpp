@@ -13,9 +13,7 @@ namespace nibble {
 
 namespace {
 
-// E4M3 represents 2^-9 .. 2^8 exactly: the cast keeps a block bit for bit
-// while k_max - k_j is at most 17 (formats.md).
-constexpr int kCastWindow = 17;
+constexpr int kCastWindow = kMxfp4ToNvfp4Window;
 
 double max_abs_diff(const float* a, const float* b, int64_t n) {
   double m = 0;

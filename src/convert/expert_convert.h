@@ -14,6 +14,10 @@
 
 namespace nibble {
 
+// The largest k_max - k_j for which the MXFP4 -> NVFP4 cast copies a block's
+// FP4 bytes unchanged (E4M3 holds 2^-9 .. 2^8 exactly; formats.md).
+constexpr int kMxfp4ToNvfp4Window = 17;
+
 enum class ExpertOp {
   mxfp4_to_nvfp4,   // lossless cast inside the E4M3 window, re-quantized outside
   nvfp4_to_mxfp4,   // dequantize each 32-block and re-quantize (lossy in general)
