@@ -51,7 +51,9 @@ TEST(ShippedModel, GreedyIdsMatchTransformers) {
     EXPECT_EQ(std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + std::ptrdiff_t(upto)),
               std::vector<int32_t>(want.begin(), want.begin() + std::ptrdiff_t(upto)))
         << p.at("name").get<std::string>();
-    if (upto == want.size()) EXPECT_EQ(r.tokens, want) << p.at("name").get<std::string>();
+    if (upto == want.size()) {
+      EXPECT_EQ(r.tokens, want) << p.at("name").get<std::string>();
+    }
   }
 }
 
