@@ -1,46 +1,34 @@
-#!/usr/bin/env python3
-"""Train a byte-level BPE tokenizer with DeepSeek-V4's exact text pipeline.
+"""DeepSeek-V4-style byte-level BPE tokenizers, built with the `tokenizers` library.
 
-DeepSeek-V4's tokenizer.json (shared/docs/text.md):
-- no normalizer;
-- pre-tokenizer = Sequence of three Split(regex, behavior "Isolated", invert
-  false), then ByteLevel(add_prefix_space false, trim_offsets true,
-  use_regex false) which only maps bytes to GPT-2's printable alphabet;
-- BPE model without unk token / byte fallback (every byte is in the alphabet);
-- decoder ByteLevel; post-processor none (DeepSeek encodes BOS explicitly).
-Special tokens are added tokens with `special: true`. Ids: BOS 0, EOS 1 (as in
-DeepSeek, and as `bos_token_id`/`eos_token_id` in config.json), then the chat
-tokens at the END of the vocabulary (DeepSeek places them at 128000+; we keep
-their relative order but the tiny vocab puts them right after the BPE tokens).
+DeepSeek-V4's tokenizer.json (docs/text.md) has no normalizer, a pre-tokenizer
+that is a Sequence of three Split(Isolated) regexes followed by
+ByteLevel(add_prefix_space=false, use_regex=false), a BPE model and a ByteLevel
+decoder. BOS/EOS/pad sit at ids 0..2 and the chat markers are added tokens
+after the learned vocabulary. This module builds that pipeline so a small
+tokenizer can be trained with the same behaviour:
 
-`train_dsv4_tokenizer(texts, vocab_size, out_path)` writes tokenizer.json to
-out_path and returns the `tokenizers.Tokenizer`. `write_tokenizer_config`
-writes a DeepSeek-style tokenizer_config.json.
+    from dsv4_tokenizer import train_dsv4_tokenizer
+    tok = train_dsv4_tokenizer(texts, vocab_size=4096, out_path="tokenizer.json")
+
+Used by tools/gen_tokenizer_fixtures.py (test fixtures) and meant for training
+the tokenizer of nibble's small shipped model.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from pathlib import Path
+import os
+from typing import Iterable
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-BOS = "<｜begin▁of▁sentence｜>"
-EOS = "<｜end▁of▁sentence｜>"
-USER = "<｜User｜>"
-ASSISTANT = "<｜Assistant｜>"
-THINK = "<think>"
-END_THINK = "</think>"
-# Placed first by the trainer (ids 0, 1).
-LEADING_SPECIALS = [BOS, EOS]
-# Appended after the learned vocabulary, in DeepSeek's relative order.
-TRAILING_SPECIALS = [USER, ASSISTANT, THINK, END_THINK]
-
-# The three Split patterns, character for character as in DeepSeek's
-# tokenizer.json once JSON-decoded (CR and LF are literal characters).
-SPLIT_PATTERNS = [
-    "\\p{N}{1,3}",
-    "[一-龥぀-ゟ゠-ヿ]+",
+# The three Split patterns of DeepSeek's pre-tokenizer, in order (text.md).
+# 1. numbers in groups of up to three digits;
+# 2. runs of CJK ideographs (U+4E00-U+9FA5), hiragana and katakana;
+# 3. words with an optional leading ASCII punctuation or non-letter, symbol
+#    runs, newline runs and whitespace (GPT-2 style, without contractions).
+DSV4_SPLIT_PATTERNS = [
+    r"\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+"
     "|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
     "| ?[\\p{P}\\p{S}]+[\r\n]*"
@@ -49,55 +37,100 @@ SPLIT_PATTERNS = [
     "|\\s+",
 ]
 
+BOS = "<｜begin▁of▁sentence｜>"
+EOS = "<｜end▁of▁sentence｜>"
+PAD = "<｜▁pad▁｜>"
+
+# Tokens the trainer places first (ids 0, 1, 2), as in DeepSeek's vocabulary.
+DSV4_LEADING_SPECIALS = [BOS, EOS, PAD]
+
+# Added after training, so their ids follow the learned vocabulary. Role and
+# thinking markers are non-special (DeepSeek marks them "special": false, so
+# decode(skip_special_tokens=True) keeps them); the task/reminder markers are
+# special.
+DSV4_ADDED_TOKENS = [
+    ("<｜User｜>", False),
+    ("<｜Assistant｜>", False),
+    ("<think>", False),
+    ("</think>", False),
+    ("｜DSML｜", False),
+    ("<｜latest_reminder｜>", True),
+    ("<｜action｜>", True),
+    ("<｜query｜>", True),
+    ("<｜authority｜>", True),
+    ("<｜domain｜>", True),
+    ("<｜title｜>", True),
+    ("<｜read_url｜>", True),
+]
+
 
 def dsv4_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    splits = [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in SPLIT_PATTERNS]
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)
-    return pre_tokenizers.Sequence([*splits, byte_level])
+    """DeepSeek's pre-tokenizer: three isolating Splits, then the byte map."""
+    steps = [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in DSV4_SPLIT_PATTERNS]
+    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+    return pre_tokenizers.Sequence(steps)
 
 
-def train_dsv4_tokenizer(texts: Iterable[str], vocab_size: int, out_path: str | Path) -> Tokenizer:
-    """Train BPE on texts; vocab_size counts BPE tokens plus all special tokens."""
-    n_trailing = len(TRAILING_SPECIALS)
-    if vocab_size < 256 + len(LEADING_SPECIALS) + n_trailing:
-        raise ValueError(f"vocab_size {vocab_size} is smaller than the byte alphabet plus special tokens")
-    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = None
+def build_dsv4_tokenizer() -> Tokenizer:
+    """An untrained tokenizer with DeepSeek-V4's pipeline (no normalizer)."""
+    tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = dsv4_pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - n_trailing,
-        min_frequency=2,
-        show_progress=False,
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in LEADING_SPECIALS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TRAILING_SPECIALS])
-    if tok.token_to_id(BOS) != 0 or tok.token_to_id(EOS) != 1:
-        raise RuntimeError("BOS/EOS did not land at ids 0/1")
-    # A small corpus may yield fewer merges than asked for; say so rather than
-    # silently shipping a vocab of a different size.
-    if tok.get_vocab_size() != vocab_size:
-        raise RuntimeError(f"trained vocab has {tok.get_vocab_size()} entries, asked for {vocab_size}")
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out_path))
     return tok
 
 
-def write_tokenizer_config(out_path: str | Path, model_max_length: int) -> None:
-    """tokenizer_config.json in DeepSeek-V4's style: no automatic BOS/EOS."""
-    config = {
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "bos_token": BOS,
-        "eos_token": EOS,
-        "pad_token": EOS,
-        "clean_up_tokenization_spaces": False,
-        "legacy": True,
-        "model_max_length": model_max_length,
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "unk_token": None,
-    }
-    Path(out_path).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+def check_dsv4_json(path: str) -> None:
+    """Asserts that a saved tokenizer.json has DeepSeek's structure."""
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    assert j["normalizer"] is None, "DeepSeek has no normalizer"
+    pt = j["pre_tokenizer"]
+    assert pt["type"] == "Sequence" and len(pt["pretokenizers"]) == 4, pt
+    for step, pattern in zip(pt["pretokenizers"][:3], DSV4_SPLIT_PATTERNS):
+        assert step == {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}, step
+    bl = pt["pretokenizers"][3]
+    assert bl["type"] == "ByteLevel" and bl["add_prefix_space"] is False and bl["use_regex"] is False, bl
+    assert j["decoder"]["type"] == "ByteLevel", j["decoder"]
+    assert j["model"]["type"] == "BPE", j["model"]["type"]
+    added = {t["content"]: t for t in j["added_tokens"]}
+    assert added[BOS]["id"] == 0 and added[EOS]["id"] == 1 and added[BOS]["special"], added
+
+
+def train_dsv4_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    out_path: str | None = None,
+    min_frequency: int = 2,
+    added_tokens: list[tuple[str, bool]] | None = None,
+) -> Tokenizer:
+    """Trains a DeepSeek-V4-style byte-level BPE tokenizer.
+
+    texts: training text (any iterable of str).
+    vocab_size: size of the learned vocabulary including the 3 leading
+        specials and the 256 byte tokens (the added chat tokens come on top).
+    out_path: where to save tokenizer.json (skipped when None); the saved
+        file is checked to have DeepSeek's structure.
+    added_tokens: (content, special) pairs added after training; defaults to
+        DSV4_ADDED_TOKENS.
+    Returns the trained `tokenizers.Tokenizer`.
+    """
+    if vocab_size < 256 + len(DSV4_LEADING_SPECIALS):
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the byte alphabet plus specials")
+    tok = build_dsv4_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=False,
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in DSV4_LEADING_SPECIALS],
+        # All 256 bytes, so every input can be encoded (nibble refuses a
+        # byte-level vocabulary that lacks one).
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    extra = DSV4_ADDED_TOKENS if added_tokens is None else added_tokens
+    tok.add_tokens([AddedToken(c, special=s, normalized=False) for c, s in extra])
+    if out_path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        tok.save(out_path, pretty=False)
+        check_dsv4_json(out_path)
+    return tok

@@ -137,6 +137,23 @@ def build_model(cfg: dict, seed: int):
 
 # ---------------------------------------------------------------- data
 
+def write_tokenizer_config(path: Path) -> None:
+    """tokenizer_config.json in DeepSeek-V4's style: no automatic BOS/EOS, no chat template."""
+    config = {
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "bos_token": dsv4_tokenizer.BOS,
+        "eos_token": dsv4_tokenizer.EOS,
+        "pad_token": dsv4_tokenizer.PAD,
+        "clean_up_tokenization_spaces": False,
+        "legacy": True,
+        "model_max_length": 1048576,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": None,
+    }
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def encode_works(tok, works: list[tuple[str, str]]) -> torch.Tensor:
     ids: list[int] = []
     for _, text in works:
@@ -292,8 +309,15 @@ def main() -> None:
 
     corpus = shipped_corpus.load_corpus(args.work / "corpus")
     tok_path = args.tokenizer_dir / "tokenizer.json"
-    tok = dsv4_tokenizer.train_dsv4_tokenizer([t for _, t in corpus.train], cfg["vocab_size"], tok_path)
-    dsv4_tokenizer.write_tokenizer_config(args.tokenizer_dir / "tokenizer_config.json", model_max_length=1048576)
+    # The tokenizer module's vocab_size counts the learned vocabulary (with the
+    # leading BOS/EOS/pad); its chat/added tokens come on top. The model's
+    # vocab_size covers both.
+    n_added = len(dsv4_tokenizer.DSV4_ADDED_TOKENS)
+    tok = dsv4_tokenizer.train_dsv4_tokenizer(
+        [t for _, t in corpus.train], cfg["vocab_size"] - n_added, str(tok_path))
+    if tok.get_vocab_size() != cfg["vocab_size"]:
+        raise SystemExit(f"{tok_path}: tokenizer has {tok.get_vocab_size()} ids, model expects {cfg['vocab_size']}")
+    write_tokenizer_config(args.tokenizer_dir / "tokenizer_config.json")
     train_ids = encode_works(tok, corpus.train)
     held_ids = encode_works(tok, corpus.heldout)
     held_windows = eval_windows(held_ids, args.seq_len)
