@@ -3,6 +3,8 @@
 JOBS       ?= $(shell nproc)
 BUILD      ?= build/release
 ASAN_BUILD ?= build/asan
+FUZZ_BUILD ?= build/fuzz
+FUZZ_TIME  ?= 60
 CMAKE_GEN  := -G Ninja
 
 .PHONY: all deps build build-asan run test test-release test-asan fixtures fuzz bench clean
@@ -41,6 +43,21 @@ test-asan: build-asan
 # pip install -r tools/requirements.txt).
 fixtures:
 	python3 tools/gen_all.py
+
+# Opt-in libFuzzer run of the safetensors header parser for FUZZ_TIME seconds
+# on one core (needs clang-14 + libclang-rt-14-dev, see deps/fuzz-packages.txt).
+# New inputs land in $(FUZZ_BUILD)/corpus, crashes in $(FUZZ_BUILD)/crash-*.
+# To refresh the committed corpus: $(FUZZ_BUILD)/tests/fuzz/fuzz_safetensors_header
+#   -merge=1 tests/fuzz/corpus/safetensors_header $(FUZZ_BUILD)/corpus/safetensors_header
+fuzz:
+	@scripts/install-deps.sh deps/fuzz-packages.txt
+	cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DNIBBLE_FUZZ=ON -DNIBBLE_TESTS=OFF
+	cmake --build $(FUZZ_BUILD) --target fuzz_safetensors_header -j $(JOBS)
+	mkdir -p $(FUZZ_BUILD)/corpus/safetensors_header
+	$(FUZZ_BUILD)/tests/fuzz/fuzz_safetensors_header -max_total_time=$(FUZZ_TIME) \
+	  -dict=tests/fuzz/safetensors_header.dict -artifact_prefix=$(FUZZ_BUILD)/ \
+	  $(FUZZ_BUILD)/corpus/safetensors_header tests/fuzz/corpus/safetensors_header
 
 clean:
 	rm -rf build

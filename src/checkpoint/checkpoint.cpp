@@ -1,11 +1,14 @@
 #include "checkpoint/checkpoint.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "checkpoint/strict_json.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -13,44 +16,78 @@ namespace nibble {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-json read_json_file(const std::string& path) {
+namespace {
+
+std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
+  if (!in) fail(path, ": cannot open: ", std::strerror(errno));
   std::stringstream buf;
   buf << in.rdbuf();
-  json doc = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) fail(path, ": not valid JSON");
-  return doc;
+  if (in.bad()) fail(path, ": read error");
+  return buf.str();
 }
 
-namespace {
+// fs::exists / is_directory without exceptions: a permission problem reads
+// as "absent" and the caller's own message names the path.
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec) && !ec;
+}
 
 // Shards named by the index, in order of first appearance; checks its shape.
 std::vector<std::string> shards_from_index(const json& index, const std::string& index_path,
-                                           std::map<std::string, std::string>* weight_map) {
+                                           std::map<std::string, std::string>* weight_map,
+                                           std::optional<uint64_t>* total_size) {
+  if (!index.is_object()) fail(index_path, ": not a JSON object");
   auto wm = index.find("weight_map");
-  if (!index.is_object() || wm == index.end() || !wm->is_object())
-    fail(index_path, ": missing \"weight_map\" object");
+  if (wm == index.end() || !wm->is_object()) fail(index_path, ": missing \"weight_map\" object");
+  if (wm->empty()) fail(index_path, ": \"weight_map\" lists no tensors");
+  auto meta = index.find("metadata");
+  if (meta != index.end() && meta->is_object()) {
+    auto ts = meta->find("total_size");
+    // Writers disagree on its type (int, float, string); only a plain
+    // non-negative integer is kept, the rest is ignored like HF does.
+    if (ts != meta->end() && ts->is_number_unsigned()) *total_size = ts->get<uint64_t>();
+  }
   std::vector<std::string> order;
   std::set<std::string> seen;
   for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it->is_string()) fail(index_path, ": weight_map entry ", it.key(), " is not a file name");
-    std::string shard = it->get<std::string>();
+    if (!it->is_string())
+      fail(index_path, ": weight_map entry ", it.key(), " is a JSON ", it->type_name(),
+           ", not a file name");
+    const std::string& shard = it->get_ref<const std::string&>();
+    // Shards live next to the index: no paths, so an index cannot point
+    // outside its folder.
     if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
-      fail(index_path, ": weight_map entry ", it.key(), " names an invalid shard '", shard, "'");
+      fail(index_path, ": weight_map entry ", it.key(), " names an invalid shard \"", shard, "\"");
     (*weight_map)[it.key()] = shard;
     if (seen.insert(shard).second) order.push_back(shard);
   }
   return order;
 }
 
+// An optional JSON file of the folder that must hold an object.
+bool read_optional_object(const fs::path& p, json* out) {
+  if (!path_exists(p)) return false;
+  *out = read_json_file(p.string());
+  if (!out->is_object()) fail(p.string(), ": is a JSON ", out->type_name(), ", not an object");
+  return true;
+}
+
 }  // namespace
+
+json read_json_file(const std::string& path) {
+  std::string text = read_text_file(path);
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) fail(path, ": not valid JSON");
+  return doc;
+}
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
   auto ck = std::unique_ptr<Checkpoint>(new Checkpoint());
   ck->path_ = path;
+  if (!path_exists(path)) fail(path, ": no such file or folder");
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail(path, ": no such file or folder");
   ck->is_folder_ = fs::is_directory(path, ec);
 
   std::vector<std::string> shard_files;
@@ -60,28 +97,24 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
     shard_files.push_back(path);
   } else {
     fs::path dir(path);
-    if (fs::exists(dir / "config.json")) ck->config_ = read_json_file((dir / "config.json").string());
-    if (!ck->config_.is_object()) fail((dir / "config.json").string(), ": not a JSON object");
-    if (fs::exists(dir / "hf_quant_config.json")) {
-      ck->hf_quant_ = read_json_file((dir / "hf_quant_config.json").string());
-      ck->has_hf_quant_ = true;
-    }
-    if (fs::exists(dir / "generation_config.json")) {
-      ck->generation_ = read_json_file((dir / "generation_config.json").string());
-      ck->has_generation_ = true;
-    }
-    if (fs::exists(dir / "model.safetensors.index.json")) {
+    read_optional_object(dir / "config.json", &ck->config_);
+    ck->has_hf_quant_ = read_optional_object(dir / "hf_quant_config.json", &ck->hf_quant_);
+    ck->has_generation_ = read_optional_object(dir / "generation_config.json", &ck->generation_);
+    if (path_exists(dir / "model.safetensors.index.json")) {
       index_path = (dir / "model.safetensors.index.json").string();
-      for (const auto& s : shards_from_index(read_json_file(index_path), index_path, &weight_map)) {
+      // Strict: a tensor listed twice could point at two different shards.
+      json index = parse_json_strict(read_text_file(index_path), index_path, /*max_depth=*/16);
+      for (const auto& s : shards_from_index(index, index_path, &weight_map, &ck->index_total_size_)) {
         std::string shard = (dir / s).string();
-        if (!fs::exists(shard)) fail(index_path, ": names shard ", s, " which is missing from ", path);
+        if (!path_exists(shard)) fail(index_path, ": names shard ", s, " which is missing from ", path);
         shard_files.push_back(shard);
       }
-    } else if (fs::exists(dir / "model.safetensors")) {
+    } else if (path_exists(dir / "model.safetensors")) {
       shard_files.push_back((dir / "model.safetensors").string());
     } else {
-      for (const auto& e : fs::directory_iterator(dir))
+      for (const auto& e : fs::directory_iterator(dir, ec))
         if (e.path().extension() == ".safetensors") shard_files.push_back(e.path().string());
+      if (ec) fail(path, ": cannot list the folder: ", ec.message());
       std::sort(shard_files.begin(), shard_files.end());
       if (shard_files.empty()) fail(path, ": no .safetensors files and no model.safetensors.index.json");
     }
@@ -110,6 +143,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
         fail(t->file, ": tensor ", name, " is not listed in ", index_path);
   }
 
+  ck->tensors_.reserve(ck->by_name_.size());
   for (const auto& [name, t] : ck->by_name_) ck->tensors_.push_back(t);
   return ck;
 }

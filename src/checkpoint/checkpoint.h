@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -32,6 +33,10 @@ class Checkpoint {
   // Like find, but a missing tensor is an error naming it and the folder.
   const TensorInfo& get(std::string_view name) const;
   uint64_t total_bytes() const { return total_bytes_; }
+  // metadata.total_size of model.safetensors.index.json when it is a plain
+  // integer. Not checked against total_bytes(): published indexes are
+  // sometimes off, and `explain` reports a mismatch rather than refusing.
+  std::optional<uint64_t> index_total_size() const { return index_total_size_; }
 
   // Parsed JSON files; config() is an empty object when there is no config.json.
   const nlohmann::json& config() const { return config_; }
@@ -47,6 +52,7 @@ class Checkpoint {
   std::vector<const TensorInfo*> tensors_;
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;
   uint64_t total_bytes_ = 0;
+  std::optional<uint64_t> index_total_size_;
   nlohmann::json config_ = nlohmann::json::object();
   nlohmann::json hf_quant_, generation_;
   bool has_hf_quant_ = false, has_generation_ = false;

@@ -167,7 +167,9 @@ Expectation expected(const Metadata& m, const std::string& base, bool fp8_stored
               src + ": quantized_layers[\"" + best + "\"] = " + m.layers.at(best)};
     if (auto f = algo_format(m.modelopt_algo)) return {f, src + ": quant_algo " + m.modelopt_algo};
   }
-  if (expert && !m.moe_quant_algo.empty())
+  // ModelOpt's moe_quant_algo covers what hf_quant_config.json quantized:
+  // a module it excludes (NVIDIA's release keeps mtp.* in MXFP4) falls through.
+  if (expert && !m.moe_quant_algo.empty() && !(m.modelopt && excluded(m, base)))
     return {algo_format(m.moe_quant_algo), "config.json quantization_config.moe_quant_algo " + m.moe_quant_algo};
   if (expert && !m.expert_dtype.empty()) {
     std::optional<Format> f;
@@ -330,16 +332,27 @@ Detection detect_formats(const Checkpoint& ck) {
     d.parts = {t};
     d.params = uint64_t(t->numel());
     d.bytes = t->nbytes;
+    std::optional<std::string> method = unsupported_by_name(t->name);
     for (const char* suffix : {".scale", ".weight_scale", ".weight_scale_2", ".weight_scale_inv", ".input_scale"}) {
+      if (method) break;
       if (ends_with(t->name, suffix)) {
         std::string base = t->name.substr(0, t->name.size() - std::string(suffix).size());
+        // The scale of a layout nibble recognises but cannot run.
+        if (ck.find(base + ".weight_packed")) {
+          method = "compressed-tensors (pack-quantized)";
+          break;
+        }
+        if (ck.find(base + ".qweight")) {
+          method = "gptq/awq packed int4";
+          break;
+        }
         if (!ck.find(base + ".weight"))
           fail(t->file, ": tensor ", t->name, " is a scale with no weight (", base, ".weight is missing)");
         fail(t->file, ": tensor ", t->name, " does not fit weight ", base, ".weight (",
              dtype_name(ck.find(base + ".weight")->dtype), "): dtype ", dtype_name(t->dtype));
       }
     }
-    if (auto method = unsupported_by_name(t->name)) {
+    if (method) {
       det.unsupported.push_back({*method, "tensor names", t->name});
       d.unsupported = *method;
       d.format = Format::int_index;

@@ -53,7 +53,8 @@ nlohmann::json plan_json(const Plan& plan) {
   }
   const Device& d = plan.device;
   return {
-      {"model", {{"architecture", plan.architecture}, {"params", plan.params}, {"layers", plan.layers},
+      {"model", {{"architecture", plan.architecture}, {"params", plan.params}, {"mtp_params", plan.mtp_params},
+                 {"layers", plan.layers},
                  {"metadata_schema", plan.metadata_schema}}},
       {"device", {{"name", d.name}, {"kind", d.kind == DeviceKind::cpu ? "cpu" : "cuda"},
                   {"hypothetical", d.hypothetical}, {"description", d.description}, {"cores", d.cores},
@@ -67,9 +68,10 @@ nlohmann::json plan_json(const Plan& plan) {
 
 void print_plan(const std::string& path, const Plan& plan) {
   const Device& d = plan.device;
-  std::printf("model     %s\n          %s, %lld layers, %s parameters\n", path.c_str(),
+  std::printf("model     %s\n          %s, %lld layers, %s parameters (+ %s in MTP)\n", path.c_str(),
               plan.architecture.empty() ? "(no architecture in config.json)" : plan.architecture.c_str(),
-              (long long)plan.layers, human_count(double(plan.params)).c_str());
+              (long long)plan.layers, human_count(double(plan.params)).c_str(),
+              human_count(double(plan.mtp_params)).c_str());
   std::printf("metadata  %s\n", plan.metadata_schema.c_str());
   std::printf("device    %s%s: %s\n          %d %s, %.1f GB/s read bandwidth (%s)\n\n", d.name.c_str(),
               d.hypothetical ? " (hypothetical)" : "", d.description.c_str(), d.cores,

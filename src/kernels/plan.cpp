@@ -117,9 +117,9 @@ std::string tensor_group(const std::string& full) {
   if (has(n, ".shared_experts.") || has(n, ".shared_expert.")) return p + "shared_experts";
   if (has(n, ".experts.")) return p + "routed_experts";
   if (has(n, ".ffn.gate.") || has(n, ".mlp.gate.") || has(n, ".router.")) return p + "router";
+  if (has(n, "norm")) return p + "norms";  // every RMSNorm weight, compressor ones included
   if (has(n, ".compressor.") && !has(n, ".indexer.")) return p + "attention_compressor";
   if (has(n, ".indexer.")) return p + "attention_indexer";
-  if (has(n, "norm")) return p + "norms";
   if (has(n, "hc_")) return p + "hyper_connections";
   if (has(n, ".attn.") || has(n, ".self_attn.")) return p + "attention";
   if (mtp && (has(n, "e_proj") || has(n, "h_proj"))) return "mtp_projections";
@@ -142,7 +142,13 @@ Plan make_plan(const Checkpoint& ck, const Detection& det, const Device& device,
   Plan plan;
   plan.device = device;
   plan.metadata_schema = det.metadata_schema;
-  plan.warnings = det.warnings;
+  // The same warning for every layer and expert reads as one, with a count.
+  std::vector<std::string> folded;
+  std::map<std::string, int> counts;
+  for (const auto& w : det.warnings)
+    if (counts[fold_indices(w)]++ == 0) folded.push_back(fold_indices(w));
+  for (const auto& w : folded)
+    plan.warnings.push_back(counts[w] > 1 ? w + " [" + std::to_string(counts[w]) + " tensors]" : w);
   if (auto a = cfg.find("architectures"); a != cfg.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     plan.architecture = (*a)[0].get<std::string>();
   plan.layers = config_int(cfg, {"num_hidden_layers"}, 0);
@@ -154,7 +160,8 @@ Plan make_plan(const Checkpoint& ck, const Detection& det, const Device& device,
   std::map<Key, std::vector<const DetectedTensor*>> groups;
   std::vector<Key> order;
   for (const auto& t : det.tensors) {
-    plan.params += t.params;
+    // DeepSeek counts its MTP layer apart (284B for V4-Flash is without it).
+    (t.name.rfind("mtp.", 0) == 0 ? plan.mtp_params : plan.params) += t.params;
     Key k{tensor_group(t.name), t.format, t.is_matrix};
     auto [it, fresh] = groups.try_emplace(k);
     if (fresh) order.push_back(k);

@@ -38,7 +38,8 @@ struct GroupPlan {
 
 struct Plan {
   std::string architecture;     // config.json architectures[0]
-  uint64_t params = 0;          // all logical elements, scales excluded
+  uint64_t params = 0;          // logical elements of the main model, scales excluded
+  uint64_t mtp_params = 0;      // of the multi-token-prediction layer(s), counted apart
   int64_t layers = 0;           // num_hidden_layers
   Device device;
   std::vector<GroupPlan> groups;

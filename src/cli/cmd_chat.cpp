@@ -1,0 +1,132 @@
+// `nibble chat [MODEL_DIR]`: a conversation on stdin/stdout. Each input line
+// is a user message; the reply streams to stdout. Every turn encodes the
+// whole conversation (DeepSeek-V4 chat encoding), exactly as a server that
+// receives the message list would; when the tokens already in the caches are
+// a prefix of it, only the rest is fed (usually the closing EOS of the last
+// reply and the new user turn). Otherwise (thinking mode drops old
+// reasoning; a reply that re-tokenizes differently) the caches start over.
+// Either way the reply equals a fresh run over the conversation. Lines
+// "/reset" and "/exit" are commands.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/command.h"
+#include "cli/text_generation.h"
+#include "tokenizer/chat_dsv4.h"
+#include "tokenizer/stream_decoder.h"
+#include "util/error.h"
+
+namespace nibble::cli {
+namespace {
+
+std::vector<OptionSpec> options() {
+  std::vector<OptionSpec> o = {
+      {"--system", "TEXT", "a system prompt"},
+      {"--think", "", "thinking mode (replies start with their reasoning)"},
+      {"--quiet", "", "no prompt marker and no speed line on stderr"},
+  };
+  for (auto& spec : text_generation_options()) o.push_back(spec);
+  return o;
+}
+
+int run_chat(const std::vector<std::string>& argv) {
+  const auto specs = options();
+  ParsedArgs args = parse_args(argv, specs);
+  const std::string usage = "nibble chat [MODEL_DIR] [--system TEXT] [--think] [options]";
+  if (args.help) {
+    std::cout << format_help(usage,
+                             "Chats on stdin/stdout: each line is a user message, the reply is\n"
+                             "streamed back. '/reset' starts over, '/exit' (or end of input) quits.\n"
+                             "Without MODEL_DIR it runs the model shipped in the repository.",
+                             specs);
+    return 0;
+  }
+  TextModel tm = load_text_model(args);
+  GenerateOptions gen = generation_options(args, tm);
+  const bool quiet = args.has("--quiet");
+  ChatEncodeOptions co;
+  co.mode = args.has("--think") ? ThinkingMode::Thinking : ThinkingMode::Chat;
+  const int64_t eos = tm.model->eos_token_ids().empty() ? -1 : tm.model->eos_token_ids()[0];
+
+  std::vector<ChatMessage> messages;
+  auto start = [&] {
+    messages.clear();
+    if (args.has("--system")) {
+      ChatMessage sys;
+      sys.role = ChatRole::System;
+      sys.content = args.str("--system");
+      messages.push_back(sys);
+    }
+  };
+  start();
+  Session session(*tm.model);
+  std::vector<int32_t> cached;  // the tokens the caches hold, in order
+
+  std::string line;
+  while (true) {
+    if (!quiet) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit") break;
+    if (line == "/reset") {
+      start();
+      session.reset();
+      cached.clear();
+      continue;
+    }
+    if (line.empty()) continue;
+    ChatMessage user;
+    user.role = ChatRole::User;
+    user.content = line;
+    messages.push_back(user);
+    const std::vector<int32_t> ids = tm.tokenizer.encode(encode_dsv4_chat(messages, co));
+
+    const bool reuse = !cached.empty() && cached.size() < ids.size() &&
+                       std::equal(cached.begin(), cached.end(), ids.begin());
+    if (!reuse) {
+      session.reset();
+      cached.clear();
+    }
+    const std::vector<int32_t> feed(ids.begin() + std::ptrdiff_t(cached.size()), ids.end());
+
+    StreamDecoder out(tm.tokenizer);
+    GenerateResult r = generate(session, feed, gen, [&](int32_t id) {
+      std::fputs(out.push(id).c_str(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::fputs(out.finish().c_str(), stdout);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    if (!quiet) {
+      print_generation_stats(r);
+      std::fprintf(stderr, "[nibble] %s: %zu of %zu conversation tokens were already cached\n",
+                   reuse ? "caches kept" : "caches rebuilt", ids.size() - feed.size(), ids.size());
+    }
+    cached.insert(cached.end(), feed.begin(), feed.end());
+    if (!r.tokens.empty()) cached.insert(cached.end(), r.tokens.begin(), r.tokens.end() - 1);  // last one unfed
+
+    // The reply joins the history (its EOS is written by the chat encoding).
+    std::vector<int32_t> reply = r.tokens;
+    if (!reply.empty() && reply.back() == eos) reply.pop_back();
+    const std::string text = tm.tokenizer.decode(reply);
+    ChatMessage assistant;
+    assistant.role = ChatRole::Assistant;
+    try {
+      ParsedCompletion pc = parse_dsv4_completion(text, co.mode, /*require_end=*/false);
+      assistant.content = pc.content;
+      if (co.mode == ThinkingMode::Thinking) assistant.reasoning_content = pc.reasoning_content;
+      assistant.tool_calls = pc.tool_calls;
+    } catch (const Error&) {
+      assistant.content = text;  // not well-formed chat output: keep it verbatim
+    }
+    messages.push_back(assistant);
+  }
+  return 0;
+}
+
+RegisterCommand reg({"chat", "chat with a model on stdin/stdout (multi-turn, caches kept)", run_chat});
+
+}  // namespace
+}  // namespace nibble::cli

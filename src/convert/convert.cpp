@@ -1,0 +1,192 @@
+#include "convert/convert.h"
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <set>
+#include <map>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/detect.h"
+#include "checkpoint/safetensors_writer.h"
+#include "convert/quant_metadata.h"
+#include "convert/shard_pipeline.h"
+#include "convert/staging.h"
+#include "runtime/thread_pool.h"
+#include "util/error.h"
+
+namespace nibble {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Files of SRC that the conversion writes itself.
+bool written_by_convert(const std::string& name) {
+  return name == "config.json" || name == "hf_quant_config.json" || name == "model.safetensors.index.json" ||
+         fs::path(name).extension() == ".safetensors";
+}
+
+// Copies every other file of SRC (tokenizer, generation config, licence,
+// code folders) into the output, following symlinks (Hugging Face caches
+// link into a blob store). Hidden entries (.cache, .git) are not model files.
+void copy_other_files(const std::string& src, const std::string& out, const Checkpoint& ck,
+                      const std::atomic<int>* cancel, ConvertReport* report) {
+  std::set<std::string> shard_names;
+  for (const auto& s : ck.shards()) shard_names.insert(fs::path(s->path()).filename().string());
+  std::vector<std::pair<fs::path, fs::path>> todo = {{fs::path(src), fs::path(out)}};
+  while (!todo.empty()) {
+    auto [from_dir, to_dir] = todo.back();
+    todo.pop_back();
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(from_dir)) entries.push_back(e.path());
+    std::sort(entries.begin(), entries.end());
+    for (const auto& from : entries) {
+      check_cancel(cancel);
+      const std::string name = from.filename().string();
+      if (name.empty() || name[0] == '.') continue;
+      const bool top = from_dir == fs::path(src);
+      if (top && written_by_convert(name)) {
+        if (fs::path(name).extension() == ".safetensors" && !shard_names.count(name))
+          report->warnings.push_back(name + " is not a shard of the checkpoint (not in its index): not copied");
+        continue;
+      }
+      std::error_code ec;
+      const fs::file_status st = fs::status(from, ec);  // follows symlinks
+      const fs::path to = to_dir / name;
+      if (fs::is_directory(st)) {
+        if (!fs::create_directory(to, ec) || ec) fail(to.string(), ": cannot create: ", ec.message());
+        todo.push_back({from, to});
+      } else if (fs::is_regular_file(st)) {
+        report->other_bytes += copy_file_synced(from.string(), to.string());
+        ++report->other_files;
+      } else {
+        report->warnings.push_back(from.string() + " is not a regular file or folder: not copied");
+      }
+    }
+  }
+}
+
+// The finished folder, opened as any reader would: every shard header, the
+// index against the shards, and the experts' formats as planned.
+void verify_output(const std::string& dir, const ConvertPlan& plan) {
+  auto ck = Checkpoint::open(dir);
+  Detection det = detect_formats(*ck);
+  std::map<std::string, Format> formats;
+  for (const auto& t : det.tensors) formats[t.name] = t.format;
+  for (const auto& e : plan.experts) {
+    auto it = formats.find(e.base);
+    if (it == formats.end()) fail(dir, ": converted expert ", e.base, " is missing from the output");
+    if (it->second != plan.target)
+      fail(dir, ": converted expert ", e.base, " reads back as ", format_name(it->second), ", not ",
+           format_name(plan.target));
+  }
+}
+
+}  // namespace
+
+ConvertReport convert_checkpoint(const ConvertOptions& opt) {
+  const auto t0 = Clock::now();
+  ConvertReport report;
+  report.src = opt.src;
+  report.dst = opt.dst;
+  report.target = opt.target;
+  if (opt.target != Format::nvfp4 && opt.target != Format::mxfp4)
+    fail("--to must be nvfp4 or mxfp4, not ", format_name(opt.target));
+
+  std::error_code ec;
+  if (!fs::is_directory(opt.src, ec)) fail("SRC ", opt.src, " is not a model folder");
+  auto ck = Checkpoint::open(opt.src);
+  OutputStaging staging(opt.src, opt.dst, opt.force);
+  report.replaced_existing = staging.replaces_existing();
+
+  Detection det = detect_formats(*ck);
+  PlanProgress pp;
+  pp.cancel = opt.cancel;
+  if (opt.on_progress) pp.on_scan = [&](uint64_t done, uint64_t total) { opt.on_progress({"scan", done, total}); };
+  ConvertPlan plan = make_convert_plan(*ck, det, opt.target, opt.mtp, pp);
+  report.scan_seconds = seconds_since(t0);
+  report.warnings = plan.warnings;
+  report.tensors_in = int64_t(ck->tensors().size());
+  report.bytes_in = ck->total_bytes();
+  report.experts_converted = int64_t(plan.experts.size());
+  report.experts_kept = plan.experts_kept;
+  report.mtp_experts_kept = plan.mtp_experts_kept;
+
+  // ---- Shards -----------------------------------------------------------------
+  uint64_t total = 0, done = 0;
+  for (const auto& s : plan.shards) total += s.data_bytes;
+  std::vector<ExpertStats> stats(plan.experts.size());
+  ThreadPool pool(std::max(1, opt.threads));
+  std::map<std::string, std::string> weight_map;
+  uint64_t index_total = 0;
+  std::future<void> verifying;  // the previous shard's read-back
+  for (const auto& shard : plan.shards) {
+    ShardPipelineOptions so;
+    so.max_in_flight = opt.max_in_flight;
+    so.cancel = opt.cancel;
+    so.on_written = [&](uint64_t n) {
+      done += n;
+      if (opt.on_progress) opt.on_progress({"write", done, total});
+    };
+    const std::string path = (fs::path(staging.dir()) / shard.file).string();
+    ShardResult r = write_shard(plan, shard, path, pool, so, &stats);
+    // Read the shard back while the next one is written; one at a time.
+    if (verifying.valid()) verifying.get();
+    verifying = std::async(std::launch::async, [r, path, &shard] {
+      verify_shard(path, r.tensors, r.offsets, shard.metadata, r.file_bytes, r.digest);
+    });
+    report.bytes_out += r.file_bytes;
+    index_total += shard.data_bytes;
+    for (const auto& t : shard.tensors) {
+      weight_map[t.spec.name] = shard.file;
+      if (t.kind == OutputTensor::Kind::copy) ++report.tensors_copied;
+    }
+    report.tensors_out += int64_t(shard.tensors.size());
+    ++report.shards;
+  }
+  if (verifying.valid()) verifying.get();
+  // An index whenever the source had one or there is more than one shard.
+  if (fs::exists(ck->file_path("model.safetensors.index.json")) || plan.shards.size() > 1)
+    write_safetensors_index((fs::path(staging.dir()) / "model.safetensors.index.json").string(), index_total,
+                            weight_map);
+
+  // ---- Metadata and the other files -------------------------------------------
+  ConvertedMetadata meta = convert_metadata(ck->file_path("config.json"), plan);
+  write_file_atomic((fs::path(staging.dir()) / "config.json").string(), meta.config_json);
+  report.written_metadata.push_back("config.json");
+  if (meta.hf_quant_config) {
+    write_file_atomic((fs::path(staging.dir()) / "hf_quant_config.json").string(), *meta.hf_quant_config);
+    report.written_metadata.push_back("hf_quant_config.json");
+  }
+  report.quantized_layers = meta.quantized_layers;
+  report.exclude_modules = meta.exclude_modules;
+  copy_other_files(opt.src, staging.dir(), *ck, opt.cancel, &report);
+
+  check_cancel(opt.cancel);
+  verify_output(staging.dir(), plan);
+  check_cancel(opt.cancel);
+  staging.commit();
+
+  // ---- Report -----------------------------------------------------------------
+  std::map<ExpertOp, size_t> op_index;
+  for (size_t i = 0; i < plan.experts.size(); ++i) {
+    const ExpertItem& e = plan.experts[i];
+    auto [it, fresh] = op_index.emplace(e.op, report.ops.size());
+    if (fresh) report.ops.push_back({e.op, 0, {}, ""});
+    ConvertOpSummary& s = report.ops[it->second];
+    ++s.tensors;
+    if (stats[i].max_abs_error > s.stats.max_abs_error) s.max_error_tensor = e.base;
+    s.stats.merge(stats[i]);
+    if (stats[i].max_abs_error > report.total.max_abs_error) report.max_error_tensor = e.base;
+    report.total.merge(stats[i]);
+  }
+  report.seconds = seconds_since(t0);
+  return report;
+}
+
+}  // namespace nibble

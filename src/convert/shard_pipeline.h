@@ -1,0 +1,53 @@
+// Writes one output shard of a conversion plan: a producer thread turns the
+// plan's tensors into byte chunks (source bytes for copies, freshly cast rows
+// for converted experts, computed on a small thread pool) and checksums them
+// in file order while they are hot in its cache; the calling thread streams
+// them through SafetensorsWriter. verify_shard() then reads the finished file
+// back and checks it against the plan and the checksum (the converter runs it
+// on another thread while the next shard is written).
+//
+// Memory stays bounded whatever the model size: at most `max_in_flight` bytes
+// of chunks are queued (copies are handed over as pointers into the source
+// map, converted rows in recycled buffers of at most 4 MB), plus one expert's block
+// scales, which must follow its complete weight in the file.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "convert/convert_plan.h"
+#include "convert/expert_convert.h"
+#include "runtime/thread_pool.h"
+
+namespace nibble {
+
+struct ShardPipelineOptions {
+  size_t max_in_flight = size_t(16) << 20;  // bytes queued between producer and writer
+  const std::atomic<int>* cancel = nullptr;  // polled between chunks
+  std::function<void(uint64_t bytes)> on_written;  // called after each chunk reaches the file
+};
+
+struct ShardResult {
+  uint64_t file_bytes = 0;         // the shard's size on disk, header included
+  uint64_t digest = 0;             // StreamHash of the data section as written
+  std::vector<TensorSpec> tensors; // in file order
+  std::vector<uint64_t> offsets;   // of each tensor, from the start of the file
+};
+
+// Writes `shard` to `path` (which must not exist), flushed to disk, not yet
+// verified. Statistics of the converted experts go to
+// (*expert_stats)[ExpertItem index]. Throws nibble::Error (or Interrupted);
+// nothing is left at `path` or beside it then.
+ShardResult write_shard(const ConvertPlan& plan, const ShardPlan& shard, const std::string& path, ThreadPool& pool,
+                        const ShardPipelineOptions& options, std::vector<ExpertStats>* expert_stats);
+
+// Re-reads a finished shard: its header must list exactly `tensors` at
+// `offsets` with `metadata`, and its data section must hash to `digest`.
+void verify_shard(const std::string& path, const std::vector<TensorSpec>& tensors,
+                  const std::vector<uint64_t>& offsets, const std::map<std::string, std::string>& metadata,
+                  uint64_t file_size, uint64_t digest);
+
+}  // namespace nibble

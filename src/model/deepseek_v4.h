@@ -1,0 +1,71 @@
+// DeepSeek-V4 (`DeepseekV4ForCausalLM`) on CPU: the model and its per-sequence
+// state. forward() runs dsv4.md §2 for a chunk of tokens at the state's
+// position, following Hugging Face's fp32 numerics:
+//   X = embed(ids) repeated over N streams                     [n, N, D]
+//   for each layer: block_forward (hc + attention, hc + MoE)
+//   y = norm(hc_head(X));  logits = head(y)                    [n, V]
+// A prompt fed at once and fed token by token give the same logits: the
+// state (AttentionState per layer) holds exactly what later tokens read.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/detect.h"
+#include "model/deepseek_v4_config.h"
+#include "model/deepseek_v4_weights.h"
+#include "model/model.h"
+#include "runtime/thread_pool.h"
+
+namespace nibble {
+
+class DeepseekV4State : public ModelState {
+ public:
+  int64_t position() const override { return position_; }
+
+ private:
+  friend class DeepseekV4Model;
+  const void* owner_ = nullptr;            // the model that made it
+  int64_t position_ = 0;
+  std::vector<AttentionState> layers_;
+};
+
+class DeepseekV4Model : public Model {
+ public:
+  DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan, const LoadOptions& options);
+
+  const std::string& architecture() const override { return arch_; }
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  int64_t bos_token_id() const override { return cfg_.bos_token_id; }
+  const std::vector<int64_t>& eos_token_ids() const override { return cfg_.eos_token_ids; }
+  const Plan& plan() const override { return plan_; }
+  const DeepseekV4Config& config() const { return cfg_; }
+
+  std::unique_ptr<ModelState> new_state() const override;
+  void forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits) const override;
+
+ private:
+  // One chunk of at most max_chunk_ tokens; logits (if not null) of rows [first, n).
+  void forward_chunk(DeepseekV4State& st, std::span<const int32_t> tokens, int64_t first, float* logits) const;
+
+  std::string arch_ = "DeepseekV4ForCausalLM";
+  std::unique_ptr<Checkpoint> ck_;  // owns the memory maps every view points into
+  Plan plan_;
+  DeepseekV4Config cfg_;
+  DeepseekV4Weights w_;
+  RopeTable rope_main_, rope_compress_;
+  HcShape hc_;
+  AttentionShape attn_;
+  int64_t max_chunk_ = 256;
+  mutable std::mutex mu_;           // forward() uses pool_ and is not reentrant
+  mutable ThreadPool pool_;
+};
+
+// The registry's loader for DeepseekV4ForCausalLM.
+std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,
+                                        const LoadOptions& options);
+
+}  // namespace nibble

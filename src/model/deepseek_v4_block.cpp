@@ -1,0 +1,22 @@
+#include "model/deepseek_v4_block.h"
+
+namespace nibble {
+
+void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShape& as, const RopeTable& rope,
+                   const RopeTable& compress_rope, const int32_t* ids, int64_t n, int64_t p0, AttentionState& st,
+                   float* streams, ThreadPool* pool) {
+  const int64_t N = hc.streams, D = hc.hidden;
+  std::vector<float> x(size_t(n * D)), y(size_t(n * D)), post(size_t(n * N)), comb(size_t(n * N * N));
+
+  hc_pre(w.hc_attn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
+  rms_norm(x.data(), n, D, w.attn_norm.data(), as.rms_eps, x.data());
+  attention_forward(w.attn, as, rope, compress_rope, x.data(), n, p0, st, y.data(), pool);
+  hc_post(hc, y.data(), post.data(), comb.data(), n, streams);
+
+  hc_pre(w.hc_ffn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
+  rms_norm(x.data(), n, D, w.ffn_norm.data(), as.rms_eps, x.data());
+  w.moe_fn(w.moe, x.data(), ids, n, y.data(), pool);
+  hc_post(hc, y.data(), post.data(), comb.data(), n, streams);
+}
+
+}  // namespace nibble

@@ -1,0 +1,79 @@
+#include "model/deepseek_v4_indexer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "runtime/thread_pool.h"
+
+namespace nibble {
+
+void indexer_forward(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const float* x, const float* qr,
+                     int64_t n, int64_t p0, CompressorState& st, IndexerSelection& out, ThreadPool* pool) {
+  compressor_forward(w.compressor, rope, rms_eps, x, n, p0, st, pool);
+  const int64_t H = w.heads, d = w.dim, m = w.compressor.ratio, total = st.n_entries;
+  std::vector<float> q(size_t(n * H * d)), hw(size_t(n * H));
+  w.wq_b.run(qr, n, q.data(), pool);
+  w.weights_proj.run(x, n, hw.data(), pool);
+  const float softmax_scale = 1.0f / std::sqrt(float(d));
+  const float weights_scale = 1.0f / std::sqrt(float(H));
+
+  for (int64_t t = 0; t < n; ++t) rope.apply(q.data() + t * H * d, H, d, p0 + t, /*inverse=*/false);
+
+  // I(t, s) for entries [s0, s1) of query t.
+  auto score_range = [&](int64_t t, int64_t s0, int64_t s1, float* score) {
+    const float* qt = q.data() + t * H * d;
+    for (int64_t s = s0; s < s1; ++s) {
+      const float* key = st.entries.data() + s * d;
+      float acc = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        const float dot = dot_f32(qt + h * d, key, d);
+        acc += std::max(dot, 0.0f) * softmax_scale * (hw[size_t(t * H + h)] * weights_scale);
+      }
+      score[s] = acc;
+    }
+  };
+  out.topk = w.topk;
+  out.entries.assign(size_t(n * w.topk), -1);
+  out.count.assign(size_t(n), 0);
+  // Top k by score; equal scores keep the lower index (deterministic).
+  auto select = [&](int64_t t, int64_t visible, const float* score, std::vector<int32_t>& order) {
+    const int64_t k = std::min(w.topk, visible);
+    order.resize(size_t(visible));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return score[a] != score[b] ? score[a] > score[b] : a < b;
+    });
+    std::copy(order.begin(), order.begin() + k, out.entries.begin() + t * w.topk);
+    out.count[size_t(t)] = int32_t(k);
+  };
+  auto visible_of = [&](int64_t t) { return std::min((p0 + t + 1) / m, total); };
+
+  if (!pool || n >= 2 * int64_t(pool->size())) {
+    // Many queries (prefill): one query per task.
+    pool_for(pool, n, 1, [&](int64_t t0, int64_t t1) {
+      std::vector<float> score;
+      std::vector<int32_t> order;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t visible = visible_of(t);
+        if (visible == 0) continue;
+        score.resize(size_t(visible));
+        score_range(t, 0, visible, score.data());
+        select(t, visible, score.data(), order);
+      }
+    });
+  } else {
+    // Few queries (decode): split each query's entries over the threads.
+    std::vector<float> score;
+    std::vector<int32_t> order;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t visible = visible_of(t);
+      if (visible == 0) continue;
+      score.resize(size_t(visible));
+      pool_for(pool, visible, 64, [&](int64_t s0, int64_t s1) { score_range(t, s0, s1, score.data()); });
+      select(t, visible, score.data(), order);
+    }
+  }
+}
+
+}  // namespace nibble

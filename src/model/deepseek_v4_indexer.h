@@ -1,0 +1,41 @@
+// The Lightning Indexer of CSA layers (dsv4.md §2.5): picks, for every query,
+// the `index_topk` compressed entries its attention may read. It runs its
+// own compressor (width index_head_dim) over the same windows as the
+// attention compressor, so its keys K_I[s] and the attention entries share
+// indices. For query t with low-rank query qr and input x:
+//   q_I = wq_b(qr) -> [heads, dim], RoPE ("compress") at t
+//   w   = weights_proj(x) * heads^-0.5
+//   I(t, s) = sum_h w_h * ReLU(q_I[h] · K_I[s]) * dim^-0.5
+// over visible entries s < (t + 1) / ratio; the top min(k, #visible) are kept
+// (HF's topk over masked scores; equal scores keep the lower index).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/deepseek_v4_compressor.h"
+
+namespace nibble {
+
+struct IndexerWeights {
+  int64_t heads = 0;               // index_n_heads
+  int64_t dim = 0;                 // index_head_dim
+  int64_t topk = 0;                // index_topk
+  BoundLinear wq_b;                // [heads*dim, q_lora_rank]
+  BoundLinear weights_proj;        // [heads, D]
+  CompressorWeights compressor;    // overlap, ratio 4, width dim
+};
+
+// Selected entries of each query: entries [n][topk] (first count[t] valid).
+struct IndexerSelection {
+  int64_t topk = 0;
+  std::vector<int32_t> entries;
+  std::vector<int32_t> count;
+};
+
+// Feeds the indexer's compressor with x [n, D] (tokens p0 ..) and selects
+// entries for each of those queries; qr [n, q_lora_rank].
+void indexer_forward(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const float* x, const float* qr,
+                     int64_t n, int64_t p0, CompressorState& st, IndexerSelection& out, ThreadPool* pool);
+
+}  // namespace nibble

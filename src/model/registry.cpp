@@ -1,0 +1,39 @@
+#include "model/registry.h"
+
+#include "device/device.h"
+#include "model/deepseek_v4.h"
+#include "util/error.h"
+
+namespace nibble {
+
+const std::vector<ModelEntry>& model_registry() {
+  static const std::vector<ModelEntry> registry = {
+      {"DeepseekV4ForCausalLM", load_deepseek_v4},
+  };
+  return registry;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<Checkpoint> ck = Checkpoint::open(path);
+  const std::string cfg_path = ck->file_path("config.json");
+  const nlohmann::json& cfg = ck->config();
+  auto arch_it = cfg.find("architectures");
+  if (arch_it == cfg.end() || !arch_it->is_array() || arch_it->empty() || !(*arch_it)[0].is_string())
+    fail(cfg_path, ": field \"architectures\" is missing or not a list of names");
+  const std::string arch = (*arch_it)[0].get<std::string>();
+  const ModelEntry* entry = nullptr;
+  for (const auto& e : model_registry())
+    if (arch == e.architecture) entry = &e;
+  if (!entry) {
+    std::string known;
+    for (const auto& e : model_registry()) known += std::string(known.empty() ? "" : ", ") + e.architecture;
+    fail(cfg_path, ": architecture \"", arch, "\" is not supported (nibble runs: ", known, ")");
+  }
+
+  Detection det = detect_formats(*ck);
+  Device device = named_device(options.device, options.threads, options.bandwidth_gbps);
+  Plan plan = make_plan(*ck, det, device, options.plan);
+  return entry->load(std::move(ck), det, std::move(plan), options);
+}
+
+}  // namespace nibble

@@ -1,0 +1,52 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "util/error.h"
+
+namespace nibble {
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::stop_token: return "stop_token";
+    case StopReason::max_tokens: return "max_tokens";
+    case StopReason::callback: return "callback";
+  }
+  return "?";
+}
+
+GenerateResult generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
+                        const std::function<bool(int32_t)>& on_token) {
+  if (options.max_new_tokens < 0) fail("--max-tokens must be >= 0, got ", options.max_new_tokens);
+  std::vector<int64_t> stops = options.stop_tokens;
+  if (options.use_model_eos)
+    for (int64_t e : session.model().eos_token_ids()) stops.push_back(e);
+  Sampler sampler(options.sampler);
+  using Clock = std::chrono::steady_clock;
+
+  GenerateResult r;
+  r.prompt_tokens = int64_t(prompt.size());
+  auto t0 = Clock::now();
+  std::vector<float> logits = session.prefill(prompt);
+  r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  auto t1 = Clock::now();
+  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    if (i > 0) logits = session.decode(r.tokens.back());
+    const int32_t next = sampler.sample(logits.data(), session.vocab_size());
+    r.tokens.push_back(next);
+    if (std::find(stops.begin(), stops.end(), int64_t(next)) != stops.end()) {
+      r.reason = StopReason::stop_token;
+      break;
+    }
+    if (on_token && !on_token(next)) {
+      r.reason = StopReason::callback;
+      break;
+    }
+  }
+  r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  return r;
+}
+
+}  // namespace nibble

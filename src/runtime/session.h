@@ -1,0 +1,40 @@
+// A Session is one sequence being processed by one model: the model's
+// per-sequence state (caches, position) plus the prefill/decode API the
+// generation loop and the CLI use. Prefilling a prompt and then decoding one
+// token at a time gives the same logits as one full forward over all tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace nibble {
+
+class Session {
+ public:
+  explicit Session(const Model& model);
+
+  const Model& model() const { return model_; }
+  int64_t position() const { return state_->position(); }  // tokens consumed so far
+  int64_t vocab_size() const { return model_.vocab_size(); }
+
+  // Feeds `tokens` at the current position. Returns the logits of the last
+  // token [vocab], or of every token [n][vocab] when all_logits. An empty
+  // prompt is an error (there is no token to predict from).
+  std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
+
+  // Feeds one token; returns its logits [vocab].
+  std::vector<float> decode(int32_t token);
+
+  // Back to position 0 with empty caches.
+  void reset();
+
+ private:
+  const Model& model_;
+  std::unique_ptr<ModelState> state_;
+};
+
+}  // namespace nibble

@@ -1,0 +1,196 @@
+// `nibble explain` on the committed fixture layouts and on a full-size
+// DeepSeek-V4-Flash skeleton (real headers, sparse data), checked against
+// numbers derived by hand from the model's tensor table (dsv4.md §3).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/skeleton.h"
+#include "cli_util.h"
+
+namespace nibble::testing {
+namespace {
+
+using nlohmann::json;
+
+const std::string kFixtures = NIBBLE_SOURCE_DIR "/tests/fixtures/checkpoints/";
+
+json explain_json(const std::string& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"explain", dir, "--json", "--bandwidth", "100"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  RunResult r = run_nibble(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? json::parse(r.out) : json::object();
+}
+
+// Every group entry named `group`.
+std::vector<json> groups_named(const json& plan, const std::string& group) {
+  std::vector<json> out;
+  for (const auto& g : plan["groups"])
+    if (g["group"] == group) out.push_back(g);
+  return out;
+}
+
+json only_group(const json& plan, const std::string& group) {
+  auto gs = groups_named(plan, group);
+  EXPECT_EQ(gs.size(), 1u) << group;
+  return gs.empty() ? json::object() : gs[0];
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(Explain, FullSizeFlashSkeleton) {
+  TempDir dir;
+  write_dsv4_flash_skeleton(dir.str());
+  json plan = explain_json(dir.str());
+  ASSERT_FALSE(plan.empty());
+
+  EXPECT_EQ(plan["model"]["architecture"], "DeepseekV4ForCausalLM");
+  EXPECT_EQ(plan["model"]["layers"], 43);
+  double params = plan["model"]["params"].get<double>();
+  EXPECT_GT(params, 283e9);
+  EXPECT_LT(params, 286e9);
+
+  json routed = only_group(plan, "routed_experts");
+  EXPECT_EQ(routed["format"], "mxfp4");
+  EXPECT_TRUE(contains(routed["provenance"], "expert_dtype")) << routed["provenance"];
+  EXPECT_EQ(routed["tensors"], 43 * 256 * 3);
+  EXPECT_EQ(routed["op"], "moe");
+  EXPECT_FALSE(routed["kernel"].is_null());
+  for (const auto& g : groups_named(plan, "attention"))
+    if (g["op"] == "linear") {
+      EXPECT_EQ(g["format"], "fp8_block128");
+    }
+  EXPECT_EQ(only_group(plan, "mtp_routed_experts")["format"], "mxfp4");
+
+  // Bytes one decoded token reads, by hand from dsv4.md §3 (D = 4096):
+  // every main-model tensor once, except the routed experts (6 of 256 per
+  // layer), the embedding (one row) and the hash table (one row per hash
+  // layer); the MTP layer is not run.
+  const uint64_t D = 4096;
+  const uint64_t fp8_wq_a = 1024 * D + 8 * 32, fp8_wq_b = 32768 * 1024 + 256 * 8;
+  const uint64_t fp8_wkv = 512 * D + 4 * 32, fp8_wo_a = 8192 * D + 64 * 32, fp8_wo_b = D * 8192 + 32 * 64;
+  const uint64_t norms = 2 * D * 2 + 1024 * 2 + 512 * 2;           // attn/ffn norm, q_norm, kv_norm (BF16)
+  const uint64_t hc = 2 * (24 * 16384 * 4 + 24 * 4 + 3 * 4);       // hc_{attn,ffn}_{fn,base,scale} (F32)
+  const uint64_t sink = 64 * 4, gate = 256 * D * 2;
+  const uint64_t shared = 3 * (2048 * D + 16 * 32);                // w1, w3, w2 FP8 + UE8M0 scales
+  const uint64_t expert = 3 * (2048 * 2048 + 2048 * 128);          // one expert: 3 x (FP4 bytes + scales)
+  const uint64_t layer = fp8_wq_a + fp8_wq_b + fp8_wkv + fp8_wo_a + fp8_wo_b + norms + hc + sink + gate + shared +
+                         6 * expert;
+  const uint64_t csa = 2 * 1024 * D * 2 + 4 * 1024 * 4 + 512 * 2   // compressor wkv, wgate, ape, norm
+                       + 8192 * 1024 + 64 * 8 + 64 * D * 2          // indexer wq_b (+scale), weights_proj
+                       + 2 * 256 * D * 2 + 4 * 256 * 4 + 128 * 2;  // indexer compressor
+  const uint64_t hca = 2 * 512 * D * 2 + 128 * 512 * 4 + 512 * 2;
+  const uint64_t hash_rows = 3 * 6 * 8, bias = 40 * 256 * 4;       // tid2eid rows (I64), gate.bias (F32)
+  const uint64_t global = D * 2 /* embed row */ + 129280 * D * 2 /* head */ + D * 2 /* norm */ +
+                          4 * 16384 * 4 + 4 * 4 + 4;                // hc_head_{fn,base,scale}
+  const uint64_t expected = 43 * layer + 21 * csa + 20 * hca + hash_rows + bias + global;
+  EXPECT_EQ(plan["bytes_per_token"].get<uint64_t>(), expected);
+  EXPECT_NEAR(plan["bound_tokens_per_s"].get<double>(), 100e9 / double(expected), 1e-9);
+  // The routed-expert share alone is the ~3.45 GB performance.md quotes.
+  EXPECT_EQ(routed["bytes_per_token"].get<uint64_t>(), 43 * 6 * expert);
+}
+
+TEST(Explain, StockFixture) {
+  json plan = explain_json(kFixtures + "dsv4_stock");
+  json routed = only_group(plan, "routed_experts");
+  EXPECT_EQ(routed["format"], "mxfp4");
+  EXPECT_TRUE(contains(routed["provenance"], "config.json expert_dtype \"fp4\"")) << routed["provenance"];
+  EXPECT_EQ(only_group(plan, "shared_experts")["format"], "fp8_block128");
+  EXPECT_TRUE(plan["warnings"].empty()) << plan["warnings"];
+}
+
+TEST(Explain, NvFp4CurrentSchema) {
+  json plan = explain_json(kFixtures + "dsv4_nvfp4_current");
+  json routed = only_group(plan, "routed_experts");
+  EXPECT_EQ(routed["format"], "nvfp4");
+  EXPECT_TRUE(contains(routed["provenance"], "ModelOpt current schema")) << routed["provenance"];
+  EXPECT_TRUE(contains(routed["provenance"], "quantized_layers")) << routed["provenance"];
+  // NVIDIA's release keeps the MTP experts in MXFP4: decided per tensor.
+  EXPECT_EQ(only_group(plan, "mtp_routed_experts")["format"], "mxfp4");
+  EXPECT_EQ(only_group(plan, "shared_experts")["format"], "fp8_block128");
+  EXPECT_TRUE(contains(plan["model"]["metadata_schema"], "current schema"));
+}
+
+TEST(Explain, NvFp4EarlySchema) {
+  json plan = explain_json(kFixtures + "dsv4_nvfp4_early");
+  json routed = only_group(plan, "routed_experts");
+  EXPECT_EQ(routed["format"], "nvfp4");
+  EXPECT_TRUE(contains(routed["provenance"], "ModelOpt early schema")) << routed["provenance"];
+  EXPECT_TRUE(contains(plan["model"]["metadata_schema"], "early schema"));
+}
+
+TEST(Explain, Fp8ExpertsAndBf16) {
+  json base = explain_json(kFixtures + "dsv4_base_fp8");
+  json routed = only_group(base, "routed_experts");
+  EXPECT_EQ(routed["format"], "fp8_block128");
+  EXPECT_TRUE(contains(routed["provenance"], "expert_dtype \"fp8\"")) << routed["provenance"];
+  json bf16 = explain_json(kFixtures + "dsv4_bf16");
+  EXPECT_EQ(only_group(bf16, "routed_experts")["format"], "bf16");
+  EXPECT_EQ(only_group(bf16, "shared_experts")["format"], "bf16");
+}
+
+TEST(Explain, UnsupportedMethodsAreNamedNotMisread) {
+  struct Case {
+    const char* dir;
+    const char* method;
+  };
+  for (Case c : {Case{"gptq", "gptq"}, Case{"awq", "awq"}, Case{"kimi_compressed_tensors", "compressed-tensors"},
+                 Case{"gpt_oss_mxfp4", "mxfp4"}}) {
+    RunResult r = run_nibble({"explain", kFixtures + c.dir, "--bandwidth", "100"});
+    EXPECT_EQ(r.exit_code, 1) << c.dir;
+    EXPECT_TRUE(contains(r.err, c.method)) << c.dir << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "not supported")) << r.err;
+    RunResult inspect = run_nibble({"inspect", kFixtures + c.dir, "--json"});
+    EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  }
+}
+
+TEST(Explain, TensorsWinOverContradictingMetadata) {
+  TempDir dir;
+  std::filesystem::copy(kFixtures + "dsv4_stock", dir.str(), std::filesystem::copy_options::recursive);
+  json cfg = json::parse(std::ifstream(dir.str("config.json")));
+  cfg["expert_dtype"] = "fp8";  // but the experts are stored MXFP4
+  std::ofstream(dir.str("config.json")) << cfg.dump();
+  json plan = explain_json(dir.str());
+  json routed = only_group(plan, "routed_experts");
+  EXPECT_EQ(routed["format"], "mxfp4");
+  EXPECT_TRUE(contains(routed["provenance"], "overrides config.json expert_dtype")) << routed["provenance"];
+  // One warning per distinct message, folded over layers and experts.
+  ASSERT_FALSE(plan["warnings"].empty());
+  std::string w = plan["warnings"][0];
+  EXPECT_TRUE(contains(w, "metadata says fp8_block128")) << w;
+  EXPECT_TRUE(contains(w, "layers.N.ffn.experts.E")) << w;
+  EXPECT_TRUE(contains(w, "tensors]")) << w;
+  EXPECT_LE(plan["warnings"].size(), 6u);  // w1/w2/w3 of main and MTP layers
+}
+
+TEST(Explain, PlansForNamedDevices) {
+  json avx2 = explain_json(kFixtures + "dsv4_stock", {"--device", "cpu-avx2"});
+  EXPECT_EQ(avx2["device"]["name"], "cpu-avx2");
+  json routed = only_group(avx2, "routed_experts");
+  for (const auto& r : routed["rejected"])
+    if (contains(r["kernel"], "avx512")) {
+      EXPECT_TRUE(contains(r["reason"], "AVX-512")) << r;
+    }
+  json gpu = explain_json(kFixtures + "dsv4_stock", {"--device", "sm_120"});
+  EXPECT_EQ(gpu["device"]["kind"], "cuda");
+  // No CUDA kernel exists yet: nothing is chosen, every CPU kernel is rejected
+  // with its reason, and a warning says so.
+  EXPECT_TRUE(only_group(gpu, "routed_experts")["kernel"].is_null());
+  EXPECT_FALSE(gpu["warnings"].empty());
+}
+
+TEST(Explain, TextFormShowsTheSameChoices) {
+  RunResult r = run_nibble({"explain", kFixtures + "dsv4_nvfp4_current", "--bandwidth", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "routed_experts")) << r.out;
+  EXPECT_TRUE(contains(r.out, "nvfp4"));
+  EXPECT_TRUE(contains(r.out, "ModelOpt current schema"));
+  EXPECT_TRUE(contains(r.out, "tokens/s"));
+}
+
+}  // namespace
+}  // namespace nibble::testing
