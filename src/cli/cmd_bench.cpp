@@ -58,8 +58,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--threads", "N", "threads (default: all)"},
     {"--isa", "NAME", "kernels: ref, avx2, avx512 or auto (default)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
-    {"--resident", "", "linear: one copy of the weights (cache-resident when small), one thread, timed by\n"
-                       "the thread's CPU clock: the kernel's compute ceiling per core, immune to other load"},
+    {"--resident", "", "linear: one in-cache copy of the weights, one thread, CPU-clock timing (compute ceiling)"},
     {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
     {"--json", "", "one JSON object per measurement, one per line"},
 };
