@@ -278,7 +278,14 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
     __m512 lo[R], hi[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w0 + r * ldw + col;
-      if (kPrefetch && (col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch), _MM_HINT_T0);
+      // kPrefetch ahead in this row; near its end, into the same row of the
+      // next block of R (rows are contiguous): memory is consumed in that
+      // order, and each 4 KB row is its own page, so the hardware
+      // prefetcher (which stops at page boundaries) restarts on every row.
+      if (kPrefetch && (col & 63) == 0) {
+        const uint8_t* ahead = p + kPrefetch + (col + kPrefetch < cols ? 0 : (R - 1) * ldw);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      }
       __m256i codes;
       if (col + 32 <= cols) codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
       else codes = _mm256_maskz_loadu_epi8(__mmask32((1ull << (cols - col)) - 1), p);
