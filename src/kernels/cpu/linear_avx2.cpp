@@ -132,9 +132,12 @@ void split_even_odd_token(const float* x, int64_t cols, float* out) {
 // ---- FP4 ----------------------------------------------------------------------
 
 // MXFP4 scales of one group (2 UE8M0 bytes in the low bytes of s) as 8 dwords.
+// The 2 bytes broadcast to every word, then one in-lane byte shuffle puts
+// byte b, zero-extended, into the dwords of lane b.
 inline __m256 mx_scales(__m128i s) {
-  const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  __m256i e = _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(s), spread);
+  const __m256i pick = _mm256_setr_epi32(0x80808000, 0x80808000, 0x80808000, 0x80808000, 0x80808001, 0x80808001,
+                                         0x80808001, 0x80808001);
+  const __m256i e = _mm256_shuffle_epi8(_mm256_broadcastw_epi16(s), pick);
   return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
 

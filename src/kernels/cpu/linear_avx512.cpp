@@ -153,9 +153,13 @@ inline __m512i fp4_lut() {
 // MXFP4 block scales of one group (4 UE8M0 bytes) as 16 dwords (4 per block):
 // 2^(e-127) is the float with exponent field e. e = 0 (2^-127) becomes 0 and
 // e = 255 (NaN) becomes infinity; both are far outside real weights' range.
-inline __m512 mx_scales(__m128i s4) {
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m512i e = _mm512_permutexvar_epi32(spread, _mm512_cvtepu8_epi32(s4));
+// The 4 bytes arrive broadcast to every dword (a load-port broadcast); one
+// in-lane byte shuffle puts byte b, zero-extended, into the dwords of lane b.
+inline __m512 mx_scales(int32_t s4) {
+  const __m512i pick = _mm512_setr_epi32(0x80808000, 0x80808000, 0x80808000, 0x80808000, 0x80808001, 0x80808001,
+                                         0x80808001, 0x80808001, 0x80808002, 0x80808002, 0x80808002, 0x80808002,
+                                         0x80808003, 0x80808003, 0x80808003, 0x80808003);
+  const __m512i e = _mm512_shuffle_epi8(_mm512_set1_epi32(s4), pick);
   return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
 }
 
@@ -214,7 +218,7 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
     else {
       int32_t s4;
       __builtin_memcpy(&s4, srow + 4 * g, 4);
-      ws = mx_scales(_mm_cvtsi32_si128(s4));
+      ws = mx_scales(s4);
     }
     fp4_step<T, kNv>(v, ws, acts, g, acc);
   }
@@ -225,7 +229,11 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
     __m512i v = _mm512_maskz_loadu_epi8((__mmask64(1) << (rem / 2)) - 1, wrow + 64 * full);
     __m512 ws;
     if constexpr (kNv) ws = nv_scales(_mm_maskz_loadu_epi8(__mmask16((1u << (rem / 16)) - 1), srow + 8 * full));
-    else ws = mx_scales(_mm_maskz_loadu_epi8(__mmask16((1u << (rem / 32)) - 1), srow + 4 * full));
+    else {
+      int32_t s4 = 0;
+      __builtin_memcpy(&s4, srow + 4 * full, size_t(rem / 32));
+      ws = mx_scales(s4);
+    }
     fp4_step<T, kNv>(v, ws, acts, full, acc);
   }
   for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(acc[t]);
