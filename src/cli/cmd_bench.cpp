@@ -109,9 +109,21 @@ class ReadProbe {
     else fill(0, words, 0);
   }
 
-  // Milliseconds to read `bytes` (rounded to whole cache lines).
+  // Milliseconds to read `bytes` (rounded to whole cache lines; more than
+  // the buffer holds is read as consecutive slices of it).
   double read_ms(double bytes) {
-    size_t n = std::min(size_, (size_t(bytes) + 63) / 64 * 64);
+    double total = 0;
+    for (double left = bytes; left > 0;) {
+      const double part = std::min(left, double(size_) / 2);
+      total += read_slice_ms(size_t(part));
+      left -= part;
+    }
+    return total;
+  }
+
+ private:
+  double read_slice_ms(size_t bytes) {
+    const size_t n = (bytes + 63) / 64 * 64;
     if (offset_ + n > size_) offset_ = 0;
     const uint64_t* p = buf_.get() + offset_ / 8;
     offset_ += n;
@@ -133,7 +145,6 @@ class ReadProbe {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 
- private:
   struct Free {
     void operator()(uint64_t* q) const { std::free(q); }
   };
