@@ -39,17 +39,21 @@ const std::vector<KernelDesc>& kernel_registry() {
        linear_ref, nullptr},
       {"cpu_ref", Op::moe, kAllWeightFormats, needs_cpu, 0, 0.03, 0.01, "scalar, f64 accumulate",
        nullptr, moe_ref},
-      // ---- kernels/cpu SIMD kernels (owner: kernels branch; efficiencies
-      // from `nibble bench`, see bench/RESULTS.md) ----
-      {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
+      // ---- kernels/cpu SIMD kernels (owner: kernels branch). Efficiencies
+      // from `nibble bench` on the 2-core AVX-512 machine (bench/RESULTS.md):
+      // bandwidth = decode ratio (MoE 0.88-0.98 and FP8 GEMV 0.97 on AVX-512;
+      // MoE ~0.8 and FP8 ~0.6 on AVX2); compute = prefill rate over the
+      // device's nominal f32 peak (FP4 int8 dot products reach about the f32
+      // peak, FP8 / BF16 about half). ----
+      {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 0.5,
        "AVX-512: VNNI int8 dot (FP4 x int8 act), exact f16->f32 FMA (FP8), f32 FMA (BF16, F32)",
        linear_avx512, nullptr},
-      {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.7, 0.3,
+      {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.6,
        "AVX2: maddubs int8 dot (FP4 x int8 act), exact F16C->f32 FMA (FP8), f32 FMA (BF16, F32)",
        linear_avx2, nullptr},
-      {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
+      {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.9, 0.5,
        "AVX-512 fused MoE: experts grouped per batch, rows split over threads", nullptr, moe_avx512},
-      {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.7, 0.3,
+      {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.6,
        "AVX2 fused MoE: experts grouped per batch, rows split over threads", nullptr, moe_avx2},
   };
   return registry;
