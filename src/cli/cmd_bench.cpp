@@ -54,6 +54,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--preset", "NAME", "moe: layer dimensions, dsv4-flash (256 experts, 4096 -> 2048 -> 4096, top-6 + shared)"},
     {"--routing", "MODE", "moe: random (fresh random experts per token, from DRAM; default) or router (top-k of the router on random x)"},
     {"--fp8-scale", "T", "fp8_block128 scale type: ue8m0 (default) or f32"},
+    {"--shared-format", "F", "moe: the shared expert's format (default: --format; DeepSeek-V4 ships fp8_block128)"},
     {"--threads", "N", "threads (default: all)"},
     {"--isa", "NAME", "kernels: ref, avx2, avx512 or auto (default)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
@@ -341,6 +342,13 @@ struct MoeLayer {
 
 int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
   const Format format = parse_weight_format(args, "mxfp4");
+  Format shared_format = format;
+  if (args.has("--shared-format")) {
+    auto f = parse_format(args.str("--shared-format"));
+    if (!f || *f == Format::int_index)
+      fail("flag --shared-format: unknown weight format '", args.str("--shared-format"), "'");
+    shared_format = *f;
+  }
   const std::string preset = args.str("--preset", "dsv4-flash");
   if (preset != "dsv4-flash") fail("flag --preset: unknown preset '", preset, "' (dsv4-flash)");
   const std::string routing = args.str("--routing", "random");
@@ -373,7 +381,8 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
   pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       const bool down = i % 3 == 2;
-      l.mats[size_t(i)] = random_weights(format, down ? D : I, down ? I : D, uint64_t(1000 + i), fp8);
+      const Format f = i >= 3 * E ? shared_format : format;  // the last three: the shared expert
+      l.mats[size_t(i)] = random_weights(f, down ? D : I, down ? I : D, uint64_t(1000 + i), fp8);
     }
   });
   for (int64_t e = 0; e <= E; ++e) {
@@ -462,7 +471,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
     r.iters = iters;
     r.time = t;
     r.bandwidth = bw;
-    r.detail = "dsv4-flash, routing " + routing;
+    r.detail = "dsv4-flash, routing " + routing + ", shared expert " + format_name(shared_format);
     print(r, json);
   }
   return 0;

@@ -22,6 +22,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--threads", "N", "CPU threads (default: all)"},
     {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
     {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
+    {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: measured at start)"},
 };
 
 std::vector<int32_t> parse_tokens(const std::string& s) {
@@ -68,7 +69,7 @@ int run_logits(const std::vector<std::string>& argv) {
   opt.threads = int(args.integer("--threads", 0, 0, 4096));
   opt.plan.moe_backend = args.str("--moe-backend", "auto");
   opt.plan.linear_backend = args.str("--linear-backend", "auto");
-  opt.bandwidth_gbps = 1.0;  // the plan's cost estimates only; skip the bandwidth probe
+  opt.bandwidth_gbps = args.number("--bandwidth", 0, 0.001, 1e6);  // 0: measure
   auto model = load_model(args.positional[0], opt);
 
   const int64_t vocab = model->vocab_size();

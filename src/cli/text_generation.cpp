@@ -22,6 +22,7 @@ std::vector<OptionSpec> text_generation_options() {
       {"--threads", "N", "CPU threads (default: all)"},
       {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
       {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
+      {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: measured at start)"},
   };
 }
 
@@ -39,7 +40,7 @@ TextModel load_text_model(const ParsedArgs& args) {
   opt.threads = int(args.integer("--threads", 0, 0, 4096));
   opt.plan.moe_backend = args.str("--moe-backend", "auto");
   opt.plan.linear_backend = args.str("--linear-backend", "auto");
-  opt.bandwidth_gbps = 1.0;  // only the plan's cost estimates use it; skip the probe
+  opt.bandwidth_gbps = args.number("--bandwidth", 0, 0.001, 1e6);  // 0: measure
   tm.model = load_model(tm.dir, opt);
   const std::string tok_path = tm.dir + "/tokenizer.json";
   if (!std::filesystem::exists(tok_path)) fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble logits` does not)");

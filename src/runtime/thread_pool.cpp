@@ -90,7 +90,7 @@ void ThreadPool::worker(int index) {
     }
     if (stop_.load(std::memory_order_relaxed)) return;
     seen = gen;
-    if (index < job_parts_) (*job_)(index, job_parts_);
+    if (index < job_parts_) run_part(index);
     if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
         caller_sleeping_.load(std::memory_order_seq_cst)) {
       { std::lock_guard<std::mutex> lock(mu_); }
@@ -99,14 +99,23 @@ void ThreadPool::worker(int index) {
   }
 }
 
-void ThreadPool::dispatch(int parts) {
+void ThreadPool::run_part(int index) {
+  try {
+    (*job_)(index, job_parts_);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+}
+
+void ThreadPool::dispatch() {
   pending_.store(int(workers_.size()), std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_*
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(mu_); }
     start_cv_.notify_all();
   }
-  (*job_)(0, parts);
+  run_part(0);
 
   Clock::time_point deadline = Clock::now() + std::chrono::microseconds(spin_us_.load());
   int spins = 0;
@@ -121,6 +130,12 @@ void ThreadPool::dispatch(int parts) {
     }
   }
   job_ = nullptr;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(error, error_);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::run(TeamFn fn) {
@@ -130,7 +145,7 @@ void ThreadPool::run(TeamFn fn) {
   }
   job_ = &fn;
   job_parts_ = n_threads_;
-  dispatch(n_threads_);
+  dispatch();
 }
 
 void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
@@ -149,7 +164,7 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
   TeamFn ref(team);
   job_ = &ref;
   job_parts_ = parts;
-  dispatch(parts);
+  dispatch();
 }
 
 }  // namespace nibble

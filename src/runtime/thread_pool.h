@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -58,7 +59,9 @@ class ThreadPool {
 
   // Calls fn(begin, end, thread_index) over [0, n) split into at most size()
   // contiguous near-equal ranges of at least `grain` items; returns when all
-  // are done. Not reentrant: fn must not call into the same pool.
+  // are done. Not reentrant: fn must not call into the same pool. If fn
+  // throws on any thread, the first exception is rethrown here once every
+  // part has finished.
   void parallel_for(int64_t n, RangeFn fn, int64_t grain = 1);
 
   // Calls fn(i, size()) on every thread (i = 0 is the caller) and returns when
@@ -73,7 +76,8 @@ class ThreadPool {
 
  private:
   void worker(int index);
-  void dispatch(int parts);  // wakes workers for job_*, runs part 0, waits
+  void dispatch();  // wakes workers for job_*, runs part 0, waits
+  void run_part(int index);  // runs one part, keeping its exception
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -90,6 +94,7 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
+  std::exception_ptr error_;  // the first exception of the current job (under mu_)
 };
 
 }  // namespace nibble

@@ -30,7 +30,7 @@ TEST(CmdLogits, WritesTheOracleLogits) {
   const auto& seq = exp.sequences[1];
   const fs::path out = fs::temp_directory_path() / ("nibble_logits_" + std::to_string(::getpid()) + ".bin");
   ASSERT_EQ(run("logits " + test::fixture_dir(name) + " --tokens " + join(seq.tokens) + " --out " + out.string() +
-                " --threads 1 --linear-backend cpu_ref --moe-backend cpu_ref"),
+                " --threads 1 --bandwidth 10 --linear-backend cpu_ref --moe-backend cpu_ref"),
             0);
   const int64_t n = int64_t(seq.tokens.size());
   ASSERT_EQ(fs::file_size(out), uint64_t(n * exp.vocab * 4));
@@ -43,7 +43,7 @@ TEST(CmdLogits, WritesTheOracleLogits) {
 }
 
 TEST(CmdLogits, BadInputWritesNothing) {
-  const std::string dir = test::fixture_dir("hf_tiny_fp8experts");
+  const std::string dir = test::fixture_dir("hf_tiny_fp8experts") + " --bandwidth 10";
   const fs::path out = fs::temp_directory_path() / ("nibble_logits_bad_" + std::to_string(::getpid()) + ".bin");
   fs::remove(out);
   EXPECT_NE(run("logits " + dir + " --tokens 0,99999 --out " + out.string()), 0);  // outside the vocabulary

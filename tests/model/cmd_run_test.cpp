@@ -47,7 +47,7 @@ nlohmann::json text_cases() {
   return nlohmann::json::parse(mf).at("text");
 }
 
-const std::string kFlags = " --temp 0 -n 16 --threads 2 --linear-backend cpu_ref --moe-backend cpu_ref";
+const std::string kFlags = " --temp 0 -n 16 --threads 2 --bandwidth 10 --linear-backend cpu_ref --moe-backend cpu_ref";
 
 TEST(CmdRun, GreedyTextMatchesTransformers) {
   const std::string dir = test::fixture_dir("flash_tiny_stock");
@@ -66,9 +66,9 @@ TEST(CmdRun, ErrorsAreReported) {
   int rc = 0;
   run_nibble("run " + test::fixture_dir("flash_tiny_stock") + kFlags, "", &rc);  // no --prompt
   EXPECT_NE(rc, 0);
-  run_nibble("run " + test::fixture_dir("hf_tiny_fp8experts") + " -p hi", "", &rc);  // no tokenizer.json
+  run_nibble("run " + test::fixture_dir("hf_tiny_fp8experts") + " -p hi --bandwidth 10", "", &rc);  // no tokenizer.json
   EXPECT_NE(rc, 0);
-  run_nibble("run " + test::fixture_dir("flash_tiny_stock") + " -p hi --temp -1", "", &rc);
+  run_nibble("run " + test::fixture_dir("flash_tiny_stock") + " -p hi --temp -1 --bandwidth 10", "", &rc);
   EXPECT_NE(rc, 0);
 }
 

@@ -72,24 +72,41 @@ TEST(DeepseekV4HfChunked, LongPromptInSmallChunks) {
 namespace nibble {
 namespace {
 
-// With the kernels the planner picks for this machine (fast SIMD kernels
-// once they exist; they may quantize activations, e.g. to int8), the model
-// must still track the oracle closely. A loose bound: it catches layout and
-// binding mistakes, not rounding.
+// With the kernels the planner picks for this machine (the SIMD kernels:
+// FP4 experts run against int8-quantized activations), the model must still
+// track the oracle. This catches layout and binding mistakes, which are O(1)
+// at every position; it is not the accuracy criterion. On these tiny random
+// models router margins are ~1e-4 relative, so int8 rounding flips expert
+// choices at some positions of long sequences (max error there reaches
+// ~0.4 and argmax agreement 88-96%, printed below): the typical position is
+// bounded instead, and the short sequence as a whole.
 TEST(DeepseekV4HfPlanner, AutoKernelsTrackTheOracle) {
   for (const std::string name : {"flash_tiny_stock", "flash_tiny_nvfp4", "hf_tiny_fp8experts"}) {
     auto model = load_model(test::fixture_dir(name), test::test_load_options("auto"));
     test::Expected exp = test::load_expected(name);
-    const auto& seq = *std::min_element(exp.sequences.begin(), exp.sequences.end(), [](const auto& a, const auto& b) {
-      return std::abs(int64_t(a.tokens.size()) - 140) < std::abs(int64_t(b.tokens.size()) - 140);
-    });
-    const int64_t n = int64_t(seq.tokens.size());
-    std::vector<float> logits(size_t(n * exp.vocab));
-    auto st = model->new_state();
-    model->forward(*st, seq.tokens, logits.data(), true);
-    test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, 0.05);
-    std::printf("[ %s ] planner kernels: max rel err %.3g over %lld tokens\n", name.c_str(), c.max_err, (long long)n);
-    EXPECT_LE(c.max_err, 0.05) << name;
+    for (const auto& seq : exp.sequences) {
+      const int64_t n = int64_t(seq.tokens.size());
+      std::vector<float> logits(size_t(n * exp.vocab));
+      auto st = model->new_state();
+      model->forward(*st, seq.tokens, logits.data(), true);
+      std::vector<double> errs;
+      int64_t agree = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        test::Comparison c = test::compare_logits(logits.data() + t * exp.vocab,
+                                                  seq.logits.data() + t * exp.vocab, 1, exp.vocab, 1e-4);
+        errs.push_back(c.max_err);
+        agree += c.argmax_mismatches == 0;
+      }
+      std::vector<double> sorted = errs;
+      std::sort(sorted.begin(), sorted.end());
+      const double median = sorted[sorted.size() / 2], worst = sorted.back();
+      std::printf("[ %s ] planner kernels, %lld tokens: median rel err %.3g, max %.3g, argmax agreement %.3f\n",
+                  name.c_str(), (long long)n, median, worst, double(agree) / double(n));
+      EXPECT_LE(median, 0.03) << name;
+      if (n <= 16) {
+        EXPECT_LE(worst, 0.05) << name;
+      }
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -74,6 +75,23 @@ TEST(ThreadPool, IdleWorkersSleepAndWake) {
   std::atomic<int> hits{0};
   pool.parallel_for(2, [&](int64_t b, int64_t e, int) { hits.fetch_add(int(e - b)); });
   EXPECT_EQ(hits.load(), 2);
+}
+
+TEST(ThreadPool, ExceptionsReachTheCaller) {
+  ThreadPool pool(3);
+  for (int thrower : {0, 1, 2}) {  // the caller's part, or a worker's
+    std::atomic<int> done{0};
+    EXPECT_THROW(pool.run([&](int i, int) {
+      done.fetch_add(1);
+      if (i == thrower) throw std::runtime_error("part failed");
+    }),
+                 std::runtime_error);
+    EXPECT_EQ(done.load(), 3);  // every part ran to the end first
+  }
+  // The pool is still usable afterwards.
+  std::atomic<int> hits{0};
+  pool.parallel_for(10, [&](int64_t b, int64_t e, int) { hits.fetch_add(int(e - b)); });
+  EXPECT_EQ(hits.load(), 10);
 }
 
 TEST(ThreadPool, FunctionRefCallsTheReferencedCallable) {
