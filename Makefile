@@ -26,9 +26,12 @@ build: deps $(BUILD)/build.ninja
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-# Runs nibble on what the repository ships.
+# Runs nibble on the model the repository ships (models/dsv4-tiny): how it
+# would run it, then a short greedy continuation.
+PROMPT ?= ROMEO.
 run: build
-	$(BUILD)/nibble explain tests/fixtures/checkpoints/dsv4_stock
+	$(BUILD)/nibble explain models/dsv4-tiny
+	$(BUILD)/nibble run -p "$(PROMPT)" -n 64 --temp 0
 
 # Unit and CLI tests, once optimized and once under AddressSanitizer + UBSan.
 test: test-release test-asan

@@ -132,7 +132,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--final", type=Path, default=Path("/work/artifacts/shipped/final"))
     ap.add_argument("--out", type=Path, default=REPO / "models" / "dsv4-tiny")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -44,8 +44,10 @@ def mxfp4_round(w: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"MXFP4 needs an in-dim divisible by 32, got shape {tuple(w.shape)}")
     x = w.detach().float().reshape(-1, 32)
     amax = x.abs().amax(dim=1, keepdim=True)
-    exp = torch.floor(torch.log2(amax.clamp_min(torch.finfo(torch.float32).tiny))) - 2
-    exp = exp.clamp(-127, 127)
+    # floor(log2(amax)) exactly: amax = m * 2^e with m in [0.5, 1) -> e - 1.
+    # (torch.log2 rounds to the integer for amax just below a power of two.)
+    _, e = torch.frexp(amax.clamp_min(torch.finfo(torch.float32).tiny))
+    exp = ((e - 1) - 2).clamp(-127, 127).float()
     scale = torch.exp2(exp)
     scaled = (x / scale).clamp(-E2M1_MAX, E2M1_MAX).numpy()
     codes = scaled.astype(ml_dtypes.float4_e2m1fn).astype(np.float32)
@@ -68,7 +70,13 @@ def fp8_block_round(w: torch.Tensor, block: int = 128) -> torch.Tensor:
             if amax == 0.0:
                 out[r: r + block, c: c + block] = 0.0
                 continue
-            scale = 2.0 ** math.ceil(math.log2(amax / E4M3_MAX))
+            # Smallest power of two with amax / scale <= 448, checked exactly.
+            e = math.ceil(math.log2(amax / E4M3_MAX))
+            while amax / 2.0 ** e > E4M3_MAX:
+                e += 1
+            while amax / 2.0 ** (e - 1) <= E4M3_MAX:
+                e -= 1
+            scale = 2.0 ** e
             codes = (tile / scale).numpy().astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
             out[r: r + block, c: c + block] = torch.from_numpy(codes) * scale
     return out.to(w.dtype)
@@ -147,7 +155,7 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--heldout", required=True)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tok = Tokenizer.from_file(args.tokenizer)

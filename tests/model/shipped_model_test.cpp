@@ -32,7 +32,16 @@ TEST(ShippedModel, GreedyIdsMatchTransformers) {
   if (!shipped_model_present()) GTEST_SKIP() << kDir << " is not in this checkout yet";
   auto model = load_model(kDir, test::test_load_options());
   const nlohmann::json ref = reference();
-  for (const auto& p : ref.at("prompts")) {
+  // The reference kernels are slow under the sanitizers (minutes per
+  // prompt); there the first two prompts stand for the rest, which the
+  // optimized build checks.
+#ifdef NIBBLE_SANITIZE
+  const size_t n_prompts = 2;
+#else
+  const size_t n_prompts = ref.at("prompts").size();
+#endif
+  for (size_t i = 0; i < n_prompts && i < ref.at("prompts").size(); ++i) {
+    const auto& p = ref.at("prompts")[i];
     std::vector<int32_t> ids, want;
     for (const auto& t : p.at("input_ids")) ids.push_back(t.get<int32_t>());
     for (const auto& t : p.at("output_ids")) want.push_back(t.get<int32_t>());
@@ -62,9 +71,11 @@ TEST(ShippedModel, RunWithoutModelDirPrintsTheReferenceText) {
   const nlohmann::json ref = reference();
   const auto& p = ref.at("prompts").at(0);
   const fs::path prompt_file = fs::temp_directory_path() / ("nibble_prompt_" + std::to_string(::getpid()));
-  // The prompt goes through a file and $(cat) so any character survives the shell.
+  // The prompt goes through a file and $(cat) so any character survives the
+  // shell; the x keeps $(...) from eating the prompt's trailing newlines.
   std::ofstream(prompt_file) << p.at("prompt").get<std::string>();
-  const std::string cmd = std::string(NIBBLE_BINARY) + " run -p \"$(cat " + prompt_file.string() + ")\" --temp 0 -n " +
+  const std::string cmd = "P=\"$(cat " + prompt_file.string() + "; printf x)\"; P=\"${P%x}\"; " +
+                          std::string(NIBBLE_BINARY) + " run -p \"$P\" --temp 0 -n " +
                           std::to_string(ref.at("max_new_tokens").get<int64_t>()) +
                           " --bandwidth 10 --linear-backend cpu_ref --moe-backend cpu_ref 2>/dev/null";
   FILE* f = popen(cmd.c_str(), "r");
