@@ -86,6 +86,13 @@ int run_chat(const std::vector<std::string>& argv) {
     user.content = line;
     messages.push_back(user);
     const std::vector<int32_t> ids = tm.tokenizer.encode(encode_dsv4_chat(messages, co));
+    if (int64_t(ids.size()) > tm.model->max_context()) {
+      // Refused before anything runs: the conversation stays as it was.
+      std::fprintf(stderr, "[nibble] the conversation would take %zu tokens but the model's context holds %lld; "
+                   "'/reset' starts a new one\n", ids.size(), (long long)tm.model->max_context());
+      messages.pop_back();
+      continue;
+    }
 
     const bool reuse = !cached.empty() && cached.size() < ids.size() &&
                        std::equal(cached.begin(), cached.end(), ids.begin());
