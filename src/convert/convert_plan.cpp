@@ -194,10 +194,10 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
     ExpertSource src = source_view(*p.t);
     const bool paired = p.name.proj != "w2";
     if (p.op == ExpertOp::mxfp4_to_nvfp4) {
-      int k = mxfp4_matrix_max_exponent(src, p.t->name);  // also rejects NaN scale codes
+      const ExponentRange range = mxfp4_matrix_exponent_range(src, p.t->name);  // also rejects NaN scale codes
+      const int k = range.max;
       own[i] = float(k);
-      const TensorInfo& sc = *p.t->parts[1];
-      own_kmin[i] = int(*std::min_element(sc.data, sc.data + sc.nbytes)) - 127;
+      own_kmin[i] = range.min;
       if (paired) {
         auto [it, fresh] = pair_kmax.emplace(p.name.expert, k);
         if (!fresh) it->second = std::max(it->second, k);

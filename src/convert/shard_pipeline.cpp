@@ -28,7 +28,6 @@ namespace {
 // buffer, so that it writes them without copying them first.
 constexpr size_t kCopyChunk = size_t(4) << 20;     // bytes per chunk of a copied tensor
 constexpr size_t kConvertChunk = size_t(4) << 20;  // output bytes per chunk of a converted weight
-constexpr size_t kScratchBytes = size_t(64) << 10;  // cast scratch for in-window rows: stays in L2
 constexpr uint64_t kVerifyWindow = uint64_t(32) << 20;  // read-back mapping window
 
 // Heap bytes left uninitialized: the producer writes every byte it hands on.
@@ -250,27 +249,19 @@ class Producer {
 
   // Every block of this MXFP4 matrix is inside the cast's window, so its
   // NVFP4 bytes are the source's bytes (the cast's contract): they go out
-  // straight from the source map like a copy, and the cast runs only for the
-  // block scales, over a few rows at a time into a scratch that stays in
-  // cache. This saves writing and re-reading the whole weight.
-  void cast_in_window(size_t i, const ExpertItem& e, int64_t rows_per_chunk, int64_t packed_row, int64_t scale_row,
-                      ExpertStats* stats) {
+  // straight from the source map like a copy, and only the block scales are
+  // computed (expert_convert.h, cast_scales_in_window), all of them before
+  // the first row goes out, so a scale the plan did not expect stops the
+  // matrix before any of it is written.
+  void cast_in_window(size_t i, const ExpertItem& e, int64_t rows_per_chunk, int64_t packed_row, ExpertStats* stats) {
     const int64_t rows = e.source.rows;
-    const int64_t rows_per_step = std::max<int64_t>(1, int64_t(kScratchBytes) / std::max<int64_t>(1, packed_row));
-    scratch_.resize(size_t(rows_per_step * packed_row));
+    stats->merge(cast_scales_in_window(e.source, e.params.k_max, 0, rows, pending_scales_.bytes.get(), e.base));
+    release(e.source.scales, size_t(rows * e.source.cols / kMxfp4Block));
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
       const int64_t r1 = std::min(rows, r0 + rows_per_chunk);
       prefetch(e.source.data + r0 * packed_row, size_t((r1 - r0) * packed_row));
-      for (int64_t a = r0; a < r1; a += rows_per_step) {
-        const int64_t b = std::min(r1, a + rows_per_step);
-        stats->merge(convert_expert_rows(e.source, e.op, e.params, a, b, scratch_.data(),
-                                         pending_scales_.bytes.get() + a * scale_row, e.base));
-      }
       if (!emit_borrowed(i, e.source.data + r0 * packed_row, size_t((r1 - r0) * packed_row))) return;
     }
-    if (stats->requantized != 0)  // the plan's window test and the cast disagree: a bug, never data
-      fail("tensor ", e.base, ": ", stats->requantized, " blocks re-quantized in a matrix planned as lossless");
-    release(e.source.scales, size_t(rows * e.source.cols / kMxfp4Block));
   }
 
   // Rows go out in chunks as they are converted; the block scales of the
@@ -284,7 +275,7 @@ class Producer {
     pending_scales_expert_ = int(&e - plan_.experts.data());
     const int64_t rows_per_chunk = std::max<int64_t>(1, int64_t(kConvertChunk) / std::max<int64_t>(1, packed_row));
     if (e.all_in_window) {
-      cast_in_window(i, e, rows_per_chunk, packed_row, scale_row, stats);
+      cast_in_window(i, e, rows_per_chunk, packed_row, stats);
       return;
     }
     std::vector<ExpertStats> part(size_t(pool_.size()));
@@ -329,7 +320,6 @@ class Producer {
   Buffer pending_scales_;
   size_t pending_scales_n_ = 0;
   StreamHash hash_;  // of every byte emitted, in file order
-  std::vector<uint8_t> scratch_;  // the cast's unused copy of in-window FP4 bytes
 
  public:
   uint64_t digest() const { return hash_.digest(); }
