@@ -23,11 +23,18 @@ namespace nibble {
 
 namespace {
 
-// Chunks of 4 MB: small enough to still be in cache when the checksum and
-// then write(2) read what the cast wrote, and as large as the writer's
-// buffer, so that it writes them without copying them first.
+// Chunks of 4 MB between producer and writer: few queue operations, and a
+// bounded amount of work between two checks for an interruption.
 constexpr size_t kCopyChunk = size_t(4) << 20;     // bytes per chunk of a copied tensor
 constexpr size_t kConvertChunk = size_t(4) << 20;  // output bytes per chunk of a converted weight
+// The writer checksums and writes a chunk in pieces of 256 KB: the checksum
+// pulls a piece into this core's L2 cache (from the source map: its first
+// and only read from memory) and write(2) copies it into the page cache
+// from there. Checksumming a whole 4 MB chunk first would evict it from L2
+// before write(2) reads it, one more pass over memory (measured: hash +
+// write of 1 GB 0.41 s in 256 KB pieces, 0.48 s in 4 MB ones, 0.31 s for
+// the write alone). 256 KB is also the writer's largest write(2) call.
+constexpr size_t kWritePiece = size_t(256) << 10;
 constexpr uint64_t kVerifyWindow = uint64_t(32) << 20;  // read-back mapping window
 
 // Heap bytes left uninitialized: the producer writes every byte it hands on.
@@ -81,17 +88,23 @@ struct Chunk {
 };
 
 // A bounded FIFO between the producer thread and the writing thread. push()
-// waits while the queued bytes would exceed the limit (a chunk larger than
-// the limit still goes through alone); stop() makes both sides give up.
+// waits while the queued bytes of the chunk's kind would exceed that kind's
+// limit (a chunk larger than the limit still goes through alone); stop()
+// makes both sides give up. Owned chunks (buffers) and borrowed ones (mapped
+// source pages) have separate limits: borrowed chunks cost no memory of
+// their own, so the producer may run further ahead with them, which keeps
+// the writer from ever waiting for a producer that the scheduler has not run
+// yet (on a loaded machine, several milliseconds).
 class ChunkQueue {
  public:
-  explicit ChunkQueue(size_t max_bytes) : max_bytes_(max_bytes) {}
+  ChunkQueue(size_t max_owned, size_t max_borrowed) : max_{max_owned, max_borrowed} {}
 
   bool push(Chunk&& c, bool force = false) {
     std::unique_lock<std::mutex> lock(mu_);
-    room_.wait(lock, [&] { return stopped_ || force || q_.empty() || bytes_ + c.n <= max_bytes_; });
+    const int kind = c.owned.bytes ? 0 : 1;
+    room_.wait(lock, [&] { return stopped_ || force || q_.empty() || bytes_[kind] + c.n <= max_[kind]; });
     if (stopped_ && !force) return false;
-    bytes_ += c.n;
+    bytes_[kind] += c.n;
     q_.push_back(std::move(c));
     ready_.notify_one();
     return true;
@@ -102,7 +115,7 @@ class ChunkQueue {
     ready_.wait(lock, [&] { return !q_.empty(); });
     Chunk c = std::move(q_.front());
     q_.pop_front();
-    bytes_ -= c.n;
+    bytes_[c.owned.bytes ? 0 : 1] -= c.n;
     room_.notify_one();
     return c;
   }
@@ -121,8 +134,8 @@ class ChunkQueue {
   std::mutex mu_;
   std::condition_variable room_, ready_;
   std::deque<Chunk> q_;
-  size_t bytes_ = 0;
-  size_t max_bytes_;
+  size_t bytes_[2] = {0, 0};  // queued: owned, borrowed
+  size_t max_[2];
   bool stopped_ = false;
 };
 
@@ -134,6 +147,22 @@ void prefetch(const uint8_t* p, size_t n) {
   uintptr_t begin = uintptr_t(p) & ~(page - 1);
   uintptr_t end = uintptr_t(p) + n;
   posix_madvise(reinterpret_cast<void*>(begin), end - begin, POSIX_MADV_WILLNEED);
+}
+
+// Maps a range of the source in one call (MADV_POPULATE_READ, Linux 5.14+),
+// on the producer's thread: the writer, which reads the range next, then
+// takes no page faults. Reads the pages from disk first if they are not
+// cached. Best effort: without it the writer simply faults them in.
+void populate(const uint8_t* p, size_t n) {
+#ifdef MADV_POPULATE_READ
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  uintptr_t begin = uintptr_t(p) & ~(page - 1);
+  uintptr_t end = uintptr_t(p) + n;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+  (void)p;
+  (void)n;
+#endif
 }
 
 // Drops the page mappings of a consumed range of the read-only source map:
@@ -197,7 +226,7 @@ class Producer {
   // A chunk pointing into memory that outlives the shard (the source map).
   bool emit_borrowed(size_t tensor, const uint8_t* data, size_t n) {
     check_cancel(cancel_);
-    hash_.update(data, n);
+    populate(data, n);
     Chunk c;
     c.tensor = tensor;
     c.n = n;
@@ -207,7 +236,6 @@ class Producer {
   // A chunk that owns its first n bytes.
   bool emit_owned(size_t tensor, Buffer&& bytes, size_t n) {
     check_cancel(cancel_);
-    hash_.update(bytes.bytes.get(), n);  // while the bytes are still in this core's cache
     Chunk c;
     c.tensor = tensor;
     c.n = n;
@@ -319,10 +347,8 @@ class Producer {
   std::vector<ExpertStats>* stats_;
   Buffer pending_scales_;
   size_t pending_scales_n_ = 0;
-  StreamHash hash_;  // of every byte emitted, in file order
 
  public:
-  uint64_t digest() const { return hash_.digest(); }
   int pending_scales_expert_ = -1;
 };
 
@@ -338,7 +364,8 @@ ShardResult write_shard(const ConvertPlan& plan, const ShardPlan& shard, const s
   {
     SafetensorsWriter writer(path, specs, shard.metadata);
     EarlyWriteback writeback(path + ".partial");  // the writer's file until finish()
-    ChunkQueue queue(options.max_in_flight);
+    ChunkQueue queue(options.max_in_flight, options.max_borrowed);
+    StreamHash hash;
     BufferPool buffers;
     Producer producer(plan, shard, pool, queue, buffers, options.cancel, expert_stats);
     std::thread thread([&] { producer.run(); });
@@ -348,7 +375,11 @@ ShardResult write_shard(const ConvertPlan& plan, const ShardPlan& shard, const s
         if (c.error) std::rethrow_exception(c.error);
         if (c.end) break;
         check_cancel(options.cancel);
-        writer.write(specs[c.tensor].name, c.data, c.n);
+        for (size_t off = 0; off < c.n; off += kWritePiece) {
+          const size_t m = std::min(kWritePiece, c.n - off);
+          hash.update(c.data + off, m);
+          writer.write(specs[c.tensor].name, c.data + off, m);
+        }
         if (c.owned.bytes) buffers.give(std::move(c.owned));
         else release(c.data, c.n);  // a copy, straight from the source map
         if (options.on_written) options.on_written(c.n);
@@ -365,7 +396,7 @@ ShardResult write_shard(const ConvertPlan& plan, const ShardPlan& shard, const s
     writer.finish();
     result.file_bytes = writer.layout().file_size;
     result.offsets = writer.layout().offsets;
-    result.digest = producer.digest();
+    result.digest = hash.digest();
   }
   result.tensors = std::move(specs);
   return result;
