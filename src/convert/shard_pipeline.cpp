@@ -375,6 +375,7 @@ ShardResult write_shard(const ConvertPlan& plan, const ShardPlan& shard, const s
         if (c.error) std::rethrow_exception(c.error);
         if (c.end) break;
         check_cancel(options.cancel);
+        if (options.stop && options.stop->load(std::memory_order_relaxed)) throw ShardStopped();
         for (size_t off = 0; off < c.n; off += kWritePiece) {
           const size_t m = std::min(kWritePiece, c.n - off);
           hash.update(c.data + off, m);

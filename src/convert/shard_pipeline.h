@@ -22,6 +22,7 @@
 #include "convert/convert_plan.h"
 #include "convert/expert_convert.h"
 #include "runtime/thread_pool.h"
+#include "util/error.h"
 
 namespace nibble {
 
@@ -29,7 +30,16 @@ struct ShardPipelineOptions {
   size_t max_in_flight = size_t(16) << 20;  // bytes of buffers queued between producer and writer
   size_t max_borrowed = size_t(64) << 20;   // bytes of the (mapped, populated) source queued
   const std::atomic<int>* cancel = nullptr;  // polled between chunks
+  const std::atomic<bool>* stop = nullptr;   // also polled: set when another shard failed
   std::function<void(uint64_t bytes)> on_written;  // called after each chunk reaches the file
+};
+
+// What write_shard throws when ShardPipelineOptions::stop was set: the
+// shard gave up because another one failed first (whose error is the one
+// to report).
+class ShardStopped : public Error {
+ public:
+  ShardStopped() : Error("stopped: another shard failed") {}
 };
 
 struct ShardResult {
