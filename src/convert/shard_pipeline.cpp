@@ -16,6 +16,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_writer.h"
 #include "convert/checksum.h"
+#include "convert/source_pages.h"
 #include "format/block.h"
 #include "util/error.h"
 
@@ -139,43 +140,6 @@ class ChunkQueue {
   bool stopped_ = false;
 };
 
-// Asks the kernel to start reading a range of the mapped source ahead of
-// use (asynchronous read-ahead; matters when the model is not in the page
-// cache, which for a 150 GB checkpoint is the normal case).
-void prefetch(const uint8_t* p, size_t n) {
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  uintptr_t begin = uintptr_t(p) & ~(page - 1);
-  uintptr_t end = uintptr_t(p) + n;
-  posix_madvise(reinterpret_cast<void*>(begin), end - begin, POSIX_MADV_WILLNEED);
-}
-
-// Maps a range of the source in one call (MADV_POPULATE_READ, Linux 5.14+),
-// on the producer's thread: the writer, which reads the range next, then
-// takes no page faults. Reads the pages from disk first if they are not
-// cached. Best effort: without it the writer simply faults them in.
-void populate(const uint8_t* p, size_t n) {
-#ifdef MADV_POPULATE_READ
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  uintptr_t begin = uintptr_t(p) & ~(page - 1);
-  uintptr_t end = uintptr_t(p) + n;
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
-
-// Drops the page mappings of a consumed range of the read-only source map:
-// without this the resident size would grow to the whole model over a
-// conversion. The data stays in the page cache and would simply fault in
-// again. Only pages entirely inside the range are dropped.
-void release(const uint8_t* p, size_t n) {
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (uintptr_t(p) + page - 1) & ~(page - 1);
-  const uintptr_t end = (uintptr_t(p) + n) & ~(page - 1);
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
-
 // Starts writing a growing file to disk every 64 MB, so that the fsync at
 // the end of the shard (SafetensorsWriter::finish) waits only for the tail
 // instead of the whole shard: the kernel would otherwise keep up to 10% of
@@ -226,7 +190,7 @@ class Producer {
   // A chunk pointing into memory that outlives the shard (the source map).
   bool emit_borrowed(size_t tensor, const uint8_t* data, size_t n) {
     check_cancel(cancel_);
-    populate(data, n);
+    populate_pages(data, n);
     Chunk c;
     c.tensor = tensor;
     c.n = n;
@@ -251,7 +215,7 @@ class Producer {
         const TensorInfo& src = *t.src;
         for (uint64_t off = 0; off < src.nbytes; off += kCopyChunk) {
           const size_t n = size_t(std::min<uint64_t>(kCopyChunk, src.nbytes - off));
-          prefetch(src.data + off, n);
+          prefetch_pages(src.data + off, n);
           if (!emit_borrowed(i, src.data + off, n)) return;
         }
         return;
@@ -284,10 +248,10 @@ class Producer {
   void cast_in_window(size_t i, const ExpertItem& e, int64_t rows_per_chunk, int64_t packed_row, ExpertStats* stats) {
     const int64_t rows = e.source.rows;
     stats->merge(cast_scales_in_window(e.source, e.params.k_max, 0, rows, pending_scales_.bytes.get(), e.base));
-    release(e.source.scales, size_t(rows * e.source.cols / kMxfp4Block));
+    release_pages(e.source.scales, size_t(rows * e.source.cols / kMxfp4Block));
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
       const int64_t r1 = std::min(rows, r0 + rows_per_chunk);
-      prefetch(e.source.data + r0 * packed_row, size_t((r1 - r0) * packed_row));
+      prefetch_pages(e.source.data + r0 * packed_row, size_t((r1 - r0) * packed_row));
       if (!emit_borrowed(i, e.source.data + r0 * packed_row, size_t((r1 - r0) * packed_row))) return;
     }
   }
@@ -312,7 +276,7 @@ class Producer {
       const size_t n = size_t((r1 - r0) * packed_row);
       Buffer out = buffers_.take(n);
       const int64_t in_row = e.source.format == Format::bf16 ? cols * 2 : e.source.format == Format::f32 ? cols * 4 : cols / 2;
-      prefetch(e.source.data + r0 * in_row, size_t((r1 - r0) * in_row));
+      prefetch_pages(e.source.data + r0 * in_row, size_t((r1 - r0) * in_row));
       std::vector<std::exception_ptr> errors(size_t(pool_.size()));
       pool_.parallel_for(
           r1 - r0,
@@ -334,8 +298,8 @@ class Producer {
     for (const auto& p : part) stats->merge(p);
     const ExpertSource& src = e.source;
     const int64_t elem = src.format == Format::bf16 ? 2 : src.format == Format::f32 ? 4 : 0;
-    release(src.data, size_t(elem ? rows * cols * elem : rows * cols / 2));
-    if (src.scales) release(src.scales, size_t(rows * cols / (src.format == Format::nvfp4 ? 16 : 32)));
+    release_pages(src.data, size_t(elem ? rows * cols * elem : rows * cols / 2));
+    if (src.scales) release_pages(src.scales, size_t(rows * cols / (src.format == Format::nvfp4 ? 16 : 32)));
   }
 
   const ConvertPlan& plan_;
@@ -382,7 +346,7 @@ ShardResult write_shard(const ConvertPlan& plan, const ShardPlan& shard, const s
           writer.write(specs[c.tensor].name, c.data + off, m);
         }
         if (c.owned.bytes) buffers.give(std::move(c.owned));
-        else release(c.data, c.n);  // a copy, straight from the source map
+        else release_pages(c.data, c.n);  // a copy, straight from the source map
         if (options.on_written) options.on_written(c.n);
         writeback.wrote(c.n);
       }
