@@ -187,6 +187,14 @@ class Producer {
   }
 
  private:
+  // Before chunk [off, off + n) of a source range of `total` bytes goes out
+  // (and is mapped, synchronously): asks for the next chunk to be read
+  // from disk meanwhile, and for this one too when it is the first.
+  static void read_ahead(const uint8_t* base, uint64_t total, uint64_t off, size_t n) {
+    if (off == 0) prefetch_pages(base, n);
+    if (off + n < total) prefetch_pages(base + off + n, size_t(std::min<uint64_t>(n, total - off - n)));
+  }
+
   // A chunk pointing into memory that outlives the shard (the source map).
   bool emit_borrowed(size_t tensor, const uint8_t* data, size_t n) {
     check_cancel(cancel_);
@@ -215,7 +223,7 @@ class Producer {
         const TensorInfo& src = *t.src;
         for (uint64_t off = 0; off < src.nbytes; off += kCopyChunk) {
           const size_t n = size_t(std::min<uint64_t>(kCopyChunk, src.nbytes - off));
-          prefetch_pages(src.data + off, n);
+          read_ahead(src.data, src.nbytes, off, n);
           if (!emit_borrowed(i, src.data + off, n)) return;
         }
         return;
@@ -251,7 +259,7 @@ class Producer {
     release_pages(e.source.scales, size_t(rows * e.source.cols / kMxfp4Block));
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
       const int64_t r1 = std::min(rows, r0 + rows_per_chunk);
-      prefetch_pages(e.source.data + r0 * packed_row, size_t((r1 - r0) * packed_row));
+      read_ahead(e.source.data, size_t(rows * packed_row), size_t(r0 * packed_row), size_t((r1 - r0) * packed_row));
       if (!emit_borrowed(i, e.source.data + r0 * packed_row, size_t((r1 - r0) * packed_row))) return;
     }
   }
