@@ -66,6 +66,11 @@ double ParsedArgs::number(const std::string& name, double fallback, double min, 
   return v;
 }
 
+std::vector<std::string> ParsedArgs::list(const std::string& name) const {
+  auto it = lists.find(name);
+  return it == lists.end() ? std::vector<std::string>{} : it->second;
+}
+
 ParsedArgs parse_args(const std::vector<std::string>& args, const std::vector<OptionSpec>& specs) {
   ParsedArgs out;
   bool only_positional = false;
@@ -103,6 +108,7 @@ ParsedArgs parse_args(const std::vector<std::string>& args, const std::vector<Op
       value = args[++i];
     }
     out.values[long_name] = value;
+    out.lists[long_name].push_back(value);
   }
   return out;
 }

@@ -17,13 +17,16 @@ struct OptionSpec {
 
 struct ParsedArgs {
   std::vector<std::string> positional;
-  std::map<std::string, std::string> values;  // keyed by the long name, "--prompt"
+  std::map<std::string, std::string> values;  // keyed by the long name, "--prompt"; the last one given
+  std::map<std::string, std::vector<std::string>> lists;  // every value given, in order (repeatable flags)
   bool help = false;                          // -h/--help was given
 
   bool has(const std::string& name) const { return values.count(name) != 0; }
   std::string str(const std::string& name, const std::string& fallback = "") const;
   int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
   double number(const std::string& name, double fallback, double min, double max) const;
+  // Every value of a flag that may be given several times (empty if none).
+  std::vector<std::string> list(const std::string& name) const;
 };
 
 // Throws nibble::Error for an unknown flag or a flag without its value.

@@ -15,7 +15,6 @@
 #include "cli/command.h"
 #include "cli/text_generation.h"
 #include "tokenizer/chat_dsv4.h"
-#include "tokenizer/stream_decoder.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -29,6 +28,13 @@ std::vector<OptionSpec> options() {
   };
   for (auto& spec : text_generation_options()) o.push_back(spec);
   return o;
+}
+
+// The generated tokens without the stop token that ended them, if one did.
+std::vector<int32_t> without_stop_token(const GenerateResult& r) {
+  std::vector<int32_t> reply = r.tokens;
+  if (r.reason == StopReason::stop_token && !reply.empty()) reply.pop_back();
+  return reply;
 }
 
 int run_chat(const std::vector<std::string>& argv) {
@@ -48,7 +54,6 @@ int run_chat(const std::vector<std::string>& argv) {
   const bool quiet = args.has("--quiet");
   ChatEncodeOptions co;
   co.mode = args.has("--think") ? ThinkingMode::Thinking : ThinkingMode::Chat;
-  const int64_t eos = tm.model->eos_token_ids().empty() ? -1 : tm.model->eos_token_ids()[0];
 
   std::vector<ChatMessage> messages;
   auto start = [&] {
@@ -81,6 +86,13 @@ int run_chat(const std::vector<std::string>& argv) {
     user.content = line;
     messages.push_back(user);
     const std::vector<int32_t> ids = tm.tokenizer.encode(encode_dsv4_chat(messages, co));
+    if (int64_t(ids.size()) > tm.model->max_context()) {
+      // Refused before anything runs: the conversation stays as it was.
+      std::fprintf(stderr, "[nibble] the conversation would take %zu tokens but the model's context holds %lld; "
+                   "'/reset' starts a new one\n", ids.size(), (long long)tm.model->max_context());
+      messages.pop_back();
+      continue;
+    }
 
     const bool reuse = !cached.empty() && cached.size() < ids.size() &&
                        std::equal(cached.begin(), cached.end(), ids.begin());
@@ -90,27 +102,21 @@ int run_chat(const std::vector<std::string>& argv) {
     }
     const std::vector<int32_t> feed(ids.begin() + std::ptrdiff_t(cached.size()), ids.end());
 
-    StreamDecoder out(tm.tokenizer);
-    GenerateResult r = generate(session, feed, gen, [&](int32_t id) {
-      std::fputs(out.push(id).c_str(), stdout);
-      std::fflush(stdout);
-      return true;
-    });
-    std::fputs(out.finish().c_str(), stdout);
+    Completion c = stream_completion(tm, session, feed, gen, args.list("--stop"), stdout);
+    const GenerateResult& r = c.result;
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (!quiet) {
-      print_generation_stats(r);
+      print_generation_stats(c);
       std::fprintf(stderr, "[nibble] %s: %zu of %zu conversation tokens were already cached\n",
                    reuse ? "caches kept" : "caches rebuilt", ids.size() - feed.size(), ids.size());
     }
     cached.insert(cached.end(), feed.begin(), feed.end());
     if (!r.tokens.empty()) cached.insert(cached.end(), r.tokens.begin(), r.tokens.end() - 1);  // last one unfed
 
-    // The reply joins the history (its EOS is written by the chat encoding).
-    std::vector<int32_t> reply = r.tokens;
-    if (!reply.empty() && reply.back() == eos) reply.pop_back();
-    const std::string text = tm.tokenizer.decode(reply);
+    // The reply joins the history as shown (cut at a stop string; its EOS is
+    // written by the chat encoding).
+    const std::string text = c.stop_string.empty() ? tm.tokenizer.decode(without_stop_token(r)) : c.text;
     ChatMessage assistant;
     assistant.role = ChatRole::Assistant;
     try {

@@ -7,7 +7,6 @@
 #include "cli/command.h"
 #include "cli/text_generation.h"
 #include "tokenizer/chat_dsv4.h"
-#include "tokenizer/stream_decoder.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -56,16 +55,10 @@ int run_run(const std::vector<std::string>& argv) {
   if (ids.empty()) fail("--prompt: the prompt encodes to no tokens (give text, or drop --no-bos)");
 
   Session session(*tm.model);
-  StreamDecoder out(tm.tokenizer);
-  GenerateResult r = generate(session, ids, gen, [&](int32_t id) {
-    std::fputs(out.push(id).c_str(), stdout);
-    std::fflush(stdout);
-    return true;
-  });
-  std::fputs(out.finish().c_str(), stdout);
+  Completion c = stream_completion(tm, session, ids, gen, args.list("--stop"), stdout);
   std::fputs("\n", stdout);
   std::fflush(stdout);
-  print_generation_stats(r);
+  print_generation_stats(c);
   return 0;
 }
 

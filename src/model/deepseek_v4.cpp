@@ -37,6 +37,10 @@ void DeepseekV4Model::forward(ModelState& state, std::span<const int32_t> tokens
   for (int64_t i = 0; i < n; ++i)
     if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= cfg_.vocab_size)
       fail("token ", i, " (id ", tokens[size_t(i)], ") is outside the vocabulary of ", cfg_.vocab_size);
+  if (n > cfg_.max_position - st->position_)
+    fail("the sequence would hold ", st->position_ + n, " tokens (", st->position_, " already, ", n,
+         " more) but the model's context is ", cfg_.max_position, " tokens (max_position_embeddings in ",
+         cfg_.path, ")");
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t V = cfg_.vocab_size;
   for (int64_t c0 = 0; c0 < n; c0 += max_chunk_) {

@@ -41,6 +41,7 @@ class DeepseekV4Model : public Model {
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   int64_t bos_token_id() const override { return cfg_.bos_token_id; }
   const std::vector<int64_t>& eos_token_ids() const override { return cfg_.eos_token_ids; }
+  int64_t max_context() const override { return cfg_.max_position; }
   const Plan& plan() const override { return plan_; }
   const DeepseekV4Config& config() const { return cfg_; }
 

@@ -238,6 +238,9 @@ DeepseekV4Config parse_deepseek_v4_config(const json& cfg, const std::string& pa
   // RoPE: nested rope_parameters {main, compress} (HF) or a flat dict /
   // legacy rope_scaling whose YaRN keys apply to the compressed layers only.
   const double max_pos = f.number("max_position_embeddings", 1048576.0);
+  if (!(max_pos >= 1) || max_pos > 9.0e15 || max_pos != std::floor(max_pos))
+    f.bad("max_position_embeddings", "a positive integer");
+  c.max_position = int64_t(max_pos);
   const double theta_main = f.number("rope_theta", 10000.0);
   const double theta_comp = f.number("compress_rope_theta", 160000.0);
   const json* rp = f.find("rope_parameters");

@@ -46,6 +46,7 @@ struct DeepseekV4Config {
   int64_t o_groups = 8;
   int64_t o_lora_rank = 1024;
   int64_t sliding_window = 128;
+  int64_t max_position = 1048576;       // max_position_embeddings: the context length
 
   int64_t moe_inter = 2048;             // expert and shared-expert width
   int64_t n_experts = 256;

@@ -45,6 +45,8 @@ class Model {
   virtual int64_t vocab_size() const = 0;
   virtual int64_t bos_token_id() const = 0;            // -1 when the config has none
   virtual const std::vector<int64_t>& eos_token_ids() const = 0;
+  // The most tokens one sequence can hold (config.json's max_position_embeddings).
+  virtual int64_t max_context() const = 0;
   // The plan the model's kernels were bound from (what `explain` shows).
   virtual const Plan& plan() const = 0;
 
@@ -54,8 +56,9 @@ class Model {
   // runs at a time per model (calls from several threads are serialised). When
   // `logits` is not null it receives f32 logits: [tokens.size()][vocab] if
   // all_logits, else [vocab] for the last token only. Throws nibble::Error
-  // for a token id outside the vocabulary (naming its index) or a state of
-  // another model; the state is unchanged when it throws on input checks.
+  // for a token id outside the vocabulary (naming its index), tokens that
+  // would run past max_context(), or a state of another model; the state is
+  // unchanged when it throws on input checks.
   virtual void forward(ModelState& state, std::span<const int32_t> tokens, float* logits,
                        bool all_logits) const = 0;
 };

@@ -12,6 +12,7 @@ const char* stop_reason_name(StopReason r) {
     case StopReason::stop_token: return "stop_token";
     case StopReason::max_tokens: return "max_tokens";
     case StopReason::callback: return "callback";
+    case StopReason::context_full: return "context_full";
   }
   return "?";
 }
@@ -25,6 +26,14 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
   Sampler sampler(options.sampler);
   using Clock = std::chrono::steady_clock;
 
+  const int64_t context = session.model().max_context();
+  if (int64_t(prompt.size()) > context - session.position()) {
+    if (session.position() == 0)
+      fail("the prompt has ", prompt.size(), " tokens but the model's context holds ", context,
+           " (max_position_embeddings)");
+    fail("the prompt has ", prompt.size(), " tokens but only ", context - session.position(), " of the model's ",
+         context, "-token context are left (", session.position(), " already in the session)");
+  }
   GenerateResult r;
   r.prompt_tokens = int64_t(prompt.size());
   auto t0 = Clock::now();
@@ -33,7 +42,13 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
 
   auto t1 = Clock::now();
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    if (i > 0) logits = session.decode(r.tokens.back());
+    if (i > 0) {
+      if (session.position() >= context) {  // no room to feed the last token
+        r.reason = StopReason::context_full;
+        break;
+      }
+      logits = session.decode(r.tokens.back());
+    }
     const int32_t next = sampler.sample(logits.data(), session.vocab_size());
     r.tokens.push_back(next);
     if (std::find(stops.begin(), stops.end(), int64_t(next)) != stops.end()) {

@@ -24,8 +24,9 @@ struct GenerateOptions {
   SamplerConfig sampler;            // temperature 0 = greedy
 };
 
-enum class StopReason { stop_token, max_tokens, callback };
-const char* stop_reason_name(StopReason r);  // "stop_token", "max_tokens", "callback"
+// context_full: the sequence reached the model's max_context().
+enum class StopReason { stop_token, max_tokens, callback, context_full };
+const char* stop_reason_name(StopReason r);  // "stop_token", "max_tokens", "callback", "context_full"
 
 struct GenerateResult {
   std::vector<int32_t> tokens;      // generated tokens, the stop token included if one ended it
@@ -35,7 +36,9 @@ struct GenerateResult {
   double decode_seconds = 0;        // every later forward
 };
 
-// The prompt is always fed (also with max_new_tokens 0). on_token(id) is
+// The prompt is always fed (also with max_new_tokens 0); a prompt that does
+// not fit in the model's context is an error naming both lengths, before
+// anything is computed. Generation ends at the context's end. on_token(id) is
 // called for each generated token except a stop token; returning false ends
 // generation (reason callback). The session continues from wherever
 // generation ended: the last sampled token is not fed.

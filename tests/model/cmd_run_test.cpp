@@ -2,10 +2,13 @@
 // output text equals transformers' greedy continuation decoded by the
 // `tokenizers` library (tools/gen_dsv4_fixtures.py, manifest "text"), and a
 // second chat turn fed incrementally equals the whole conversation fed fresh.
+// Stop strings cut that text at their first occurrence; generation_config's
+// eos_token_id stops generation at the first such token.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +73,73 @@ TEST(CmdRun, ErrorsAreReported) {
   EXPECT_NE(rc, 0);
   run_nibble("run " + test::fixture_dir("flash_tiny_stock") + " -p hi --temp -1 --bandwidth 10", "", &rc);
   EXPECT_NE(rc, 0);
+}
+
+TEST(CmdRun, StopStringsCutTheTextAtTheirFirstOccurrence) {
+  const std::string dir = test::fixture_dir("flash_tiny_stock");
+  int tested = 0;
+  for (const auto& c : text_cases()) {
+    if (c.at("mode") != "raw") continue;
+    const std::string full = c.at("text").get<std::string>();
+    if (full.size() < 12) continue;
+    // Two stop strings taken from the middle and the end of the expected
+    // text; the oracle cuts at whichever occurs first.
+    const std::string a = full.substr(full.size() / 2, 3), b = full.substr(full.size() - 4);
+    const size_t cut = std::min(full.find(a), full.find(b));
+    const std::string args = "run " + dir + " -p " + quote(c.at("prompt").get<std::string>()) + kFlags +
+                             " --stop " + quote(b) + " --stop " + quote(a);
+    int rc = -1;
+    EXPECT_EQ(run_nibble(args, "", &rc), full.substr(0, cut) + "\n") << args;
+    EXPECT_EQ(rc, 0);
+    ++tested;
+  }
+  EXPECT_GT(tested, 0);
+  int rc = 0;
+  run_nibble("run " + dir + " -p hi --stop ''" + kFlags, "", &rc);  // an empty stop string
+  EXPECT_NE(rc, 0);
+}
+
+TEST(CmdRun, GenerationConfigEosStopsGeneration) {
+  const std::string src = test::fixture_dir("flash_tiny_stock");
+  const nlohmann::json c = text_cases().at(0);
+  // The oracle: the library's greedy generation, without any extra stop token.
+  auto model = load_model(src, test::test_load_options());
+  Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
+  std::vector<int32_t> prompt;
+  if (c.at("mode") == "chat") {
+    ChatMessage user;
+    user.role = ChatRole::User;
+    user.content = c.at("prompt").get<std::string>();
+    prompt = tok.encode(encode_dsv4_chat(std::span<const ChatMessage>(&user, 1), {}));
+  } else {
+    prompt.push_back(int32_t(model->bos_token_id()));
+    tok.encode(c.at("prompt").get<std::string>(), true, prompt);
+  }
+  Session s(*model);
+  GenerateOptions opt;
+  opt.max_new_tokens = 16;
+  opt.sampler.temperature = 0;
+  const std::vector<int32_t> tokens = generate(s, prompt, opt).tokens;
+  ASSERT_GE(tokens.size(), 6u);
+  const int32_t stop = tokens[5];
+  const auto first = std::find(tokens.begin(), tokens.end(), stop);
+  const std::string expected = tok.decode(std::vector<int32_t>(tokens.begin(), first));
+
+  // The same model with generation_config.json naming that token an EOS.
+  const fs::path dir = fs::temp_directory_path() / ("nibble_gc_eos_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().filename() != "generation_config.json") fs::create_symlink(e.path(), dir / e.path().filename());
+  std::ofstream(dir / "generation_config.json") << "{\"eos_token_id\": [1, " << stop << "], \"do_sample\": false}";
+  const std::string args = "run " + dir.string() + " -p " + quote(c.at("prompt").get<std::string>()) + kFlags +
+                           (c.at("mode") == "chat" ? " --chat" : "");
+  int rc = -1;
+  EXPECT_EQ(run_nibble(args, "", &rc), expected + "\n");
+  EXPECT_EQ(rc, 0);
+  std::ofstream(dir / "generation_config.json") << "{\"eos_token_id\": \"x\"}";  // not an id: an error
+  run_nibble(args, "", &rc);
+  EXPECT_NE(rc, 0);
+  fs::remove_all(dir);
 }
 
 TEST(CmdChat, FirstTurnMatchesTransformers) {

@@ -3,10 +3,14 @@
 // stop conditions and the callback behave as documented.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include "fixture_util.h"
 #include "runtime/generate.h"
+#include "util/error.h"
 
 namespace nibble {
 namespace {
@@ -81,6 +85,61 @@ TEST(Generate, StopsOnCallbackAndCustomStopTokens) {
   EXPECT_TRUE(r.tokens.empty());
   EXPECT_EQ(r.reason, StopReason::max_tokens);
   EXPECT_EQ(c.position(), int64_t(g.prompt.size()));  // the prompt is fed all the same
+}
+
+// The fixture with config.json's max_position_embeddings set to `context`
+// (other files linked), in a temp folder removed by the destructor.
+struct ShortContextModel {
+  std::filesystem::path dir;
+  explicit ShortContextModel(int64_t context) {
+    const std::string src = test::fixture_dir("hf_tiny_fp8experts");
+    dir = std::filesystem::temp_directory_path() / ("nibble_ctx_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    for (const auto& e : std::filesystem::directory_iterator(src))
+      if (e.path().filename() != "config.json") std::filesystem::create_symlink(e.path(), dir / e.path().filename());
+    std::ifstream in(src + "/config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["max_position_embeddings"] = context;
+    std::ofstream(dir / "config.json") << cfg.dump();
+  }
+  ~ShortContextModel() { std::filesystem::remove_all(dir); }
+};
+
+TEST(Generate, StopsAtTheEndOfTheContext) {
+  Greedy g = load_greedy("hf_tiny_fp8experts");
+  const int64_t L = int64_t(g.prompt.size()), context = L + 4;
+  ShortContextModel tmp(context);
+  auto model = load_model(tmp.dir.string(), test::test_load_options());
+  ASSERT_EQ(model->max_context(), context);
+  GenerateOptions opt;
+  opt.max_new_tokens = 10;
+  opt.sampler.temperature = 0;
+  opt.use_model_eos = false;
+  Session s(*model);
+  GenerateResult r = generate(s, g.prompt, opt);
+  // The prompt's forward gives token 1; each of the 4 free positions feeds one
+  // token and gives the next: 5 tokens, the last one never fed.
+  EXPECT_EQ(r.reason, StopReason::context_full);
+  EXPECT_EQ(r.tokens.size(), 5u);
+  EXPECT_EQ(s.position(), context);
+
+  // A prompt that does not fit, fresh or after earlier turns, is refused up
+  // front with both lengths, and the session is untouched.
+  Session fresh(*model);
+  std::vector<int32_t> long_prompt(size_t(context + 1), g.prompt[0]);
+  try {
+    generate(fresh, long_prompt, opt);
+    ADD_FAILURE() << "a prompt longer than the context was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(context + 1) + " tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(context)), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fresh.position(), 0);
+  EXPECT_THROW(generate(s, std::vector<int32_t>{g.prompt[0]}, opt), Error);  // the full session
+  EXPECT_EQ(s.position(), context);
+  // The model itself refuses to run past its context.
+  EXPECT_THROW(fresh.prefill(long_prompt), Error);
+  EXPECT_EQ(fresh.position(), 0);
 }
 
 TEST(Generate, SamplingIsReproducibleBySeed) {
