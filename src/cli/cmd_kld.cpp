@@ -38,7 +38,7 @@ namespace {
 const std::vector<OptionSpec> kOptions = {
     {"--text", "FILE", "UTF-8 text to evaluate (required)"},
     {"--tokens", "N", "score at most N positions (default: the whole text)"},
-    {"--ctx", "N", "tokens per chunk, context token included (default 512)"},
+    {"--ctx", "N", "tokens per chunk, context token included (default 512, or the model's context if shorter)"},
     {"--base-moe-backend", "NAME", "routed-experts kernel of the base run (default cpu_ref)"},
     {"--base-linear-backend", "NAME", "kernel of the base run's other matrix ops (default cpu_ref)"},
     {"--moe-backend", "NAME", "routed-experts kernel of the test run (default auto)"},
@@ -111,7 +111,7 @@ int run_kld(const std::vector<std::string>& argv) {
   if (!args.has("--text")) fail("--text is required (usage: ", usage, ")");
   const std::string text_path = args.str("--text");
   const int64_t max_positions = args.integer("--tokens", INT64_MAX, 1, INT64_MAX);
-  const int64_t ctx = args.integer("--ctx", 512, 2, int64_t(1) << 24);
+  const int64_t ctx_flag = args.has("--ctx") ? args.integer("--ctx", 0, 2, int64_t(1) << 40) : 0;
   const bool json = args.has("--json");
   const std::string dir = args.positional.empty() ? shipped_model_dir() : args.positional[0];
   const std::string text = read_text_file(text_path);  // before the slow loads: a bad path fails fast
@@ -144,6 +144,9 @@ int run_kld(const std::vector<std::string>& argv) {
   if (int64_t(tokenizer.vocab_size()) > vocab)
     fail(tok_path, ": the tokenizer has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", vocab);
   const int64_t bos = base.model->bos_token_id();
+  const int64_t max_ctx = base.model->max_context();
+  const int64_t ctx = ctx_flag > 0 ? ctx_flag : std::min<int64_t>(512, max_ctx);
+  if (ctx > max_ctx) fail("--ctx ", ctx, " is longer than the model's context of ", max_ctx, " tokens");
 
   // Text tokens to predict: all of them after BOS, else all but the first.
   const size_t first = bos >= 0 ? 0 : 1;

@@ -305,6 +305,23 @@ TEST(KldCommand, Errors) {
     expect_error({"kld", kModel, "--text", kHeldout, "--base-linear-backend", "no_such_kernel", "--bandwidth", "10"},
                  "no_such_kernel");
   }
+  if (shipped_model_present()) {
+    // A model with a 64-token context: chunks default to 64 tokens, and a longer --ctx is refused.
+    TempDir short_ctx;
+    for (const char* f : {"model.safetensors", "tokenizer.json"})
+      std::filesystem::create_symlink(kModel + "/" + f, short_ctx.str(f));
+    std::ifstream in(kModel + "/config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["max_position_embeddings"] = 64;
+    testing::write_text(short_ctx.str("config.json"), cfg.dump());
+    expect_error({"kld", short_ctx.str(), "--text", kHeldout, "--ctx", "65", "--bandwidth", "10"},
+                 "--ctx 65 is longer than the model's context of 64 tokens");
+    auto r = run_nibble({"kld", short_ctx.str(), "--text", kHeldout, "--tokens", "70", "--bandwidth", "10", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("ctx").get<int>(), 64);
+    EXPECT_EQ(j.at("chunks").get<int>(), 2);  // 63 + 7 positions
+  }
   auto help = run_nibble({"kld", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("usage: nibble kld"), std::string::npos);
