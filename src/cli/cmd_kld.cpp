@@ -136,7 +136,9 @@ int run_kld(const std::vector<std::string>& argv) {
       s->model = load_model(dir, opt);
     } catch (const Error& e) {
       // The planner names --moe-backend / --linear-backend; say which run.
-      if (s == &base) fail("base run (--base-moe-backend ", s->moe_flag, ", --base-linear-backend ", s->linear_flag, "): ", e.what());
+      if (s == &base)
+        fail("base run (--base-moe-backend ", s->moe_flag, ", --base-linear-backend ", s->linear_flag,
+             "): ", e.what());
       fail("test run (--moe-backend ", s->moe_flag, ", --linear-backend ", s->linear_flag, "): ", e.what());
     }
   }
