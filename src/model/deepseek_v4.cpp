@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/forward_profile.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -64,13 +65,17 @@ void DeepseekV4Model::forward_chunk(DeepseekV4State& st, std::span<const int32_t
   const int64_t n = int64_t(tokens.size());
   const int64_t N = cfg_.hc_mult, D = cfg_.hidden, p0 = st.position_;
   ThreadPool* pool = &pool_;
+  forward_profile_begin(n);
 
   // Embedding, copied into each of the N residual streams: [n, N, D].
   std::vector<float> streams(size_t(n * N * D));
-  for (int64_t t = 0; t < n; ++t) {
+  {
+    PhaseTimer _(Phase::embed);
+    for (int64_t t = 0; t < n; ++t) {
     float* x = streams.data() + t * N * D;
     dequantize_row(w_.embed, tokens[size_t(t)], x);
     for (int64_t k = 1; k < N; ++k) std::copy(x, x + D, x + k * D);
+    }
   }
 
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
@@ -84,8 +89,15 @@ void DeepseekV4Model::forward_chunk(DeepseekV4State& st, std::span<const int32_t
   // Only the rows whose logits are wanted go through the head: [rows, V].
   const int64_t rows = n - first;
   std::vector<float> y(size_t(rows * D));
-  hc_head(w_.hc_head, hc_, streams.data() + first * N * D, rows, y.data(), pool);
-  rms_norm(y.data(), rows, D, w_.norm.data(), cfg_.rms_eps, y.data());
+  {
+    PhaseTimer _(Phase::hc);
+    hc_head(w_.hc_head, hc_, streams.data() + first * N * D, rows, y.data(), pool);
+  }
+  {
+    PhaseTimer _(Phase::norm);
+    rms_norm(y.data(), rows, D, w_.norm.data(), cfg_.rms_eps, y.data());
+  }
+  PhaseTimer _(Phase::head);
   w_.head.run(y.data(), rows, logits, pool);
 }
 

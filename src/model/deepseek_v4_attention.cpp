@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
+#include "model/forward_profile.h"
 #include "runtime/thread_pool.h"
 #include "util/error.h"
 
@@ -44,15 +46,24 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
 
   // Queries: [n, H, d].
   std::vector<float> qr(size_t(n * s.q_lora)), q(size_t(n * H * d));
-  w.wq_a.run(x, n, qr.data(), pool);
+  {
+    PhaseTimer _(Phase::attn_linear);
+    w.wq_a.run(x, n, qr.data(), pool);
+  }
   rms_norm(qr.data(), n, s.q_lora, w.q_norm.data(), s.rms_eps, qr.data());
-  w.wq_b.run(qr.data(), n, q.data(), pool);
+  {
+    PhaseTimer _(Phase::attn_linear);
+    w.wq_b.run(qr.data(), n, q.data(), pool);
+  }
   rms_norm(q.data(), n * H, d, nullptr, s.rms_eps, q.data());
   for (int64_t t = 0; t < n; ++t) rope.apply(q.data() + t * H * d, H, d, p0 + t, false);
 
   // The shared key/value head of the new tokens: [n, d].
   std::vector<float> kv(size_t(n * d));
-  w.wkv.run(x, n, kv.data(), pool);
+  {
+    PhaseTimer _(Phase::attn_linear);
+    w.wkv.run(x, n, kv.data(), pool);
+  }
   rms_norm(kv.data(), n, d, w.kv_norm.data(), s.rms_eps, kv.data());
   for (int64_t t = 0; t < n; ++t) rope.apply(kv.data() + t * d, 1, d, p0 + t, false);
 
@@ -66,8 +77,14 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
 
   // Compressed entries (all of this call's windows close before any query reads them).
   IndexerSelection sel;
-  if (w.compressor) compressor_forward(*w.compressor, compress_rope, s.rms_eps, x, n, p0, st.compressor, pool);
-  if (w.indexer) indexer_forward(*w.indexer, compress_rope, s.rms_eps, x, qr.data(), n, p0, st.indexer, sel, pool);
+  if (w.compressor) {
+    PhaseTimer _(Phase::compressor);
+    compressor_forward(*w.compressor, compress_rope, s.rms_eps, x, n, p0, st.compressor, pool);
+  }
+  if (w.indexer) {
+    PhaseTimer _(Phase::indexer);
+    indexer_forward(*w.indexer, compress_rope, s.rms_eps, x, qr.data(), n, p0, st.indexer, sel, pool);
+  }
   if (w.indexer && st.indexer.n_entries != st.compressor.n_entries)
     fail("CSA layer: indexer and compressor disagree on the number of windows");
   const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
@@ -75,6 +92,7 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
   // Attention per (token, head).
   std::vector<float> o(size_t(n * H * d));
   const float scale = 1.0f / std::sqrt(float(d));
+  std::optional<PhaseTimer> core_timer(Phase::attn_core);
   pool_for(pool, n * H, 1, [&](int64_t i0, int64_t i1) {
     std::vector<const float*> kp;
     std::vector<float> logit, acc(static_cast<size_t>(d));
@@ -110,13 +128,17 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
       for (int64_t c = 0; c < d; ++c) oh[c] = acc[size_t(c)] * inv;
     }
   });
+  core_timer.reset();
 
   // V carried RoPE: rotate the output back by the query's angle.
   for (int64_t t = 0; t < n; ++t) rope.apply(o.data() + t * H * d, H, d, p0 + t, /*inverse=*/true);
 
   std::vector<float> y(size_t(n * s.o_groups * s.o_lora));
-  grouped_wo_a(w.wo_a, s, o.data(), n, y.data(), pool);
-  w.wo_b.run(y.data(), n, out, pool);
+  {
+    PhaseTimer _(Phase::attn_linear);
+    grouped_wo_a(w.wo_a, s, o.data(), n, y.data(), pool);
+    w.wo_b.run(y.data(), n, out, pool);
+  }
 
   // Remember the newest kv rows for the next call's window.
   st.ring.resize(size_t(W * d));

@@ -1,5 +1,7 @@
 #include "model/deepseek_v4_block.h"
 
+#include "model/forward_profile.h"
+
 namespace nibble {
 
 void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShape& as, const RopeTable& rope,
@@ -8,14 +10,32 @@ void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShap
   const int64_t N = hc.streams, D = hc.hidden;
   std::vector<float> x(size_t(n * D)), y(size_t(n * D)), post(size_t(n * N)), comb(size_t(n * N * N));
 
-  hc_pre(w.hc_attn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
-  rms_norm(x.data(), n, D, w.attn_norm.data(), as.rms_eps, x.data());
-  attention_forward(w.attn, as, rope, compress_rope, x.data(), n, p0, st, y.data(), pool);
-  hc_post(hc, y.data(), post.data(), comb.data(), n, streams);
-
-  hc_pre(w.hc_ffn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
-  rms_norm(x.data(), n, D, w.ffn_norm.data(), as.rms_eps, x.data());
-  w.moe_fn(w.moe, x.data(), ids, n, y.data(), pool);
+  {
+    PhaseTimer _(Phase::hc);
+    hc_pre(w.hc_attn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
+  }
+  {
+    PhaseTimer _(Phase::norm);
+    rms_norm(x.data(), n, D, w.attn_norm.data(), as.rms_eps, x.data());
+  }
+  {
+    PhaseTimer _(Phase::attention);
+    attention_forward(w.attn, as, rope, compress_rope, x.data(), n, p0, st, y.data(), pool);
+  }
+  {
+    PhaseTimer _(Phase::hc);
+    hc_post(hc, y.data(), post.data(), comb.data(), n, streams);
+    hc_pre(w.hc_ffn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
+  }
+  {
+    PhaseTimer _(Phase::norm);
+    rms_norm(x.data(), n, D, w.ffn_norm.data(), as.rms_eps, x.data());
+  }
+  {
+    PhaseTimer _(Phase::moe);
+    w.moe_fn(w.moe, x.data(), ids, n, y.data(), pool);
+  }
+  PhaseTimer _(Phase::hc);
   hc_post(hc, y.data(), post.data(), comb.data(), n, streams);
 }
 

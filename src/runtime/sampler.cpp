@@ -1,12 +1,32 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
-#include <numeric>
 
 #include "util/error.h"
 
 namespace nibble {
+
+namespace {
+
+// Stable LSD radix sort of 64-bit keys by their upper 32 bits (3 passes of 11 bits).
+void radix_sort_upper32(std::vector<uint64_t>& v) {
+  std::vector<uint64_t> tmp(v.size());
+  for (int shift = 32; shift < 64; shift += 11) {
+    const int bits = std::min(11, 64 - shift);
+    const size_t buckets = size_t(1) << bits;
+    const uint64_t mask = buckets - 1;
+    std::vector<size_t> count(buckets + 1, 0);
+    for (uint64_t x : v) ++count[((x >> shift) & mask) + 1];
+    for (size_t b = 0; b < buckets; ++b) count[b + 1] += count[b];
+    for (uint64_t x : v) tmp[count[(x >> shift) & mask]++] = x;
+    v.swap(tmp);
+  }
+}
+
+}  // namespace
 
 int32_t argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
@@ -36,10 +56,21 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logit
     out.push_back({argmax(logits, vocab), 1.0});
     return out;
   }
-  // Candidates sorted by logit, highest first (stable: lower id first on ties).
+  // Candidates sorted by logit, highest first (lower id first on ties). One
+  // 64-bit key per token, (order-reversed logit bits << 32) | id, in id order,
+  // then a stable radix sort on the upper half: the same order as a stable
+  // sort by logit, ~4x faster at DeepSeek's 129k-id vocabulary (where the
+  // comparison sort took ~10 ms a token).
+  std::vector<uint64_t> keys(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float f = logits[i] == 0.0f ? 0.0f : logits[i];  // -0 ties with +0
+    const uint32_t u = std::bit_cast<uint32_t>(f);
+    const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // float order as unsigned
+    keys[size_t(i)] = (uint64_t(~ascending) << 32) | uint64_t(uint32_t(i));
+  }
+  radix_sort_upper32(keys);
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (size_t i = 0; i < keys.size(); ++i) ids[i] = int32_t(uint32_t(keys[i]));
   size_t keep = ids.size();
   if (config_.top_k > 0) {
     // Like HF, ties with the k-th logit are kept too.

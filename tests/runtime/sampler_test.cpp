@@ -3,6 +3,7 @@
 // by frequency counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -79,6 +80,28 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   cfg.temperature = 0;
   Sampler s(cfg);
   EXPECT_EQ(s.sample(logits.data(), 5), 1);
+}
+
+// The candidates come out highest logit first, lowest id first on ties
+// (-0 ties with +0), as a stable sort by logit would give them: checked on a
+// DeepSeek-sized vocabulary full of ties, zeros of both signs and -inf.
+TEST(Sampler, CandidateOrderIsAStableSortByLogit) {
+  std::vector<float> logits(129280);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    const uint32_t r = x >> 8;
+    logits[i] = r % 7 == 0 ? 0.0f : r % 7 == 1 ? -0.0f : r % 7 == 2 ? -INFINITY
+              : r % 7 == 3 ? float(int(r % 13) - 6) : float(int(r % 100000) - 50000) * 1e-4f;
+  }
+  std::vector<int32_t> want(logits.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = int32_t(i);
+  std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  SamplerConfig cfg;
+  cfg.temperature = 2.0f;
+  auto dist = Sampler(cfg).distribution(logits.data(), int64_t(logits.size()));
+  ASSERT_EQ(dist.size(), logits.size());
+  for (size_t i = 0; i < dist.size(); ++i) ASSERT_EQ(dist[i].first, want[i]) << "rank " << i;
 }
 
 TEST(Sampler, BadSettingsNameTheFlag) {
