@@ -69,6 +69,7 @@ Selection select_kernel(const std::vector<KernelDesc>& registry, const OpShape& 
              op_name(shape.op), " on ", device.name, ": ", c.reason);
     sel.chosen = forced_k;
     sel.why = "chosen by " + flag + " " + override_name;
+    if (kernel_is_lossy(*forced_k, shape.format)) sel.why += std::string(" (lossy: ") + forced_k->lossy + ")";
   } else {
     // Opt-in kernels are never the automatic choice: their rejection says
     // what they round and how to ask for them.
