@@ -49,9 +49,13 @@ namespace {
 constexpr int64_t kCols = 128;  // columns per group: 64 bytes of codes
 
 // Rows per block for T tokens (registers: R*T accumulators, plus R*T
-// temporaries while R*T <= 8).
+// temporaries while R*T <= 8). Measured (bench --resident, 256 x 4096):
+// one row at a time is fastest for one token (17 GB/s per core, the port
+// limit: 26 vector ops per 128 weights; two rows gave 13), four rows for
+// more (T = 2 / 3 / 4: 11 / 8.5 / 6.5 GB/s, against 10 / 7 / 5 with one or
+// two rows).
 template <int T>
-constexpr int kRows = T == 1 ? 2 : T == 2 ? 4 : T == 3 ? 2 : 4;
+constexpr int kRows = T == 1 ? 1 : 4;
 
 // E2M1 code -> value (codes 8..15 are the negatives, 8 is -0).
 inline __m512 e2m1_table() {
