@@ -104,7 +104,9 @@ double thread_cpu_ms() {
 // 4x the LLC, moving on through it so every read is cold, on all threads.
 class ReadProbe {
  public:
-  explicit ReadProbe(ThreadPool* pool) : pool_(pool), size_(dram_working_set()) {
+  // With --bandwidth given nothing is probed: no buffer either.
+  explicit ReadProbe(ThreadPool* pool, bool needed = true) : pool_(pool), size_(dram_working_set()) {
+    if (!needed) return;
     buf_.reset(static_cast<uint64_t*>(std::aligned_alloc(4096, size_)));
     if (!buf_) fail("bench: cannot allocate the ", size_ >> 20, " MiB bandwidth probe");
     const int64_t words = int64_t(size_ / 8);
@@ -383,7 +385,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   random_normal(x.data(), int64_t(x.size()), 7);
 
   ThreadPool* p = resident ? nullptr : &pool;
-  ReadProbe probe(p);
+  ReadProbe probe(p, given_bandwidth <= 0);
   size_t next = 0;
   for (int64_t batch : batches) {
     double bw = 0, bytes_per_call = 0, best_bw = 0;
@@ -548,7 +550,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     return bytes + expert_bytes(w.shared);
   };
 
-  ReadProbe probe(&pool);
+  ReadProbe probe(&pool, given_bandwidth <= 0);
   for (int64_t batch : batches) {
     for (int64_t i = 0; i < vocab; ++i) ids[size_t(i)] = int32_t(routing == "shared" ? i / batch : i);
     double bw = 0, bytes = 0, best_bw = 0;
