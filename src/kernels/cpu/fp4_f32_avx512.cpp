@@ -13,8 +13,12 @@
 // are 16 f32 weights each, lane j = code 8j+k. Lane j stays in one block for
 // every k (block j/4 of MXFP4, j/2 of NVFP4), so one vector per 128 weights
 // holds every lane's block scale (mx_scales / nv_scales, simd_avx512.h).
-// Per 128 weights: 1 load, 7 shifts (port 0), 8 vpermps (port 5), and per
-// token 8 FMAs.
+// The byte-sized shifts come from the load ports: the 64 bytes loaded from
+// p + b hold byte 4j+b in the low byte of dword j, i.e. code 8j+2b in bits
+// 0-3 (what v >> 8b would give). So per 128 weights: 4 loads, 4 shifts by 4
+// (port 0), 8 vpermps (port 5), and per token 8 FMAs. (7 shifts instead:
+// 17 GB/s per core at one token; 4: see kRows.) The last group of a row
+// reads its shifted copies with masked loads, never past the row.
 //
 // Activations (ActsClass::f32_fp4): per group of 128 columns, 8 vectors of
 // 16 f32, vector k lane j = x[8j + k], zero past cols (a row's tail is read
@@ -77,19 +81,36 @@ inline __m512 group_scales(const uint8_t* srow, int64_t g, int64_t rem) {
   }
 }
 
-// One group (128 columns) of R rows against T tokens: v[r] the codes, s[r]
-// the lane scales, x[t] the tokens' f32_fp4 activations of this group.
-template <int R, int T>
-inline void group_step(const __m512i* v, const __m512* s, const float* const* x, __m512 (*acc)[T]) {
+// The index vectors of one group: idx[k] dword j holds code 8j+k in bits
+// 0-3. p: the group's 64 code bytes, of which `n` (<= 64) exist; kMasked:
+// load with masks (the last group of a row), else plainly.
+template <bool kMasked>
+inline void group_indices(const uint8_t* p, int64_t n, __m512i* idx) {
+  for (int b = 0; b < 4; ++b) {
+    const __m512i v = kMasked ? _mm512_maskz_loadu_epi8(n - b >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - b)) - 1, p + b)
+                              : _mm512_loadu_si512(p + b);
+    idx[2 * b] = v;
+    idx[2 * b + 1] = _mm512_srli_epi32(v, 4);
+  }
+}
+
+// One group (128 columns) of R rows against T tokens: p[r] the rows' code
+// bytes (n of them, see group_indices), s[r] the lane scales, x[t] the
+// tokens' f32_fp4 activations of this group.
+template <int R, int T, bool kMasked>
+inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, const float* const* x,
+                       __m512 (*acc)[T]) {
   constexpr bool kTileAcc = R * T <= 8;
   const __m512 table = e2m1_table();
+  __m512i idx[R][8];
+  for (int r = 0; r < R; ++r) group_indices<kMasked>(p[r], n, idx[r]);
   __m512 tmp[R][T];
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) {
     __m512 xk[T];
     for (int t = 0; t < T; ++t) xk[t] = _mm512_load_ps(x[t] + 16 * k);
     for (int r = 0; r < R; ++r) {
-      __m512 w = _mm512_permutexvar_ps(k == 0 ? v[r] : _mm512_srli_epi32(v[r], unsigned(4 * k)), table);
+      __m512 w = _mm512_permutexvar_ps(idx[r][k], table);
       if constexpr (!kTileAcc) w = _mm512_mul_ps(w, s[r]);
       for (int t = 0; t < T; ++t) {
         if constexpr (kTileAcc) tmp[r][t] = k == 0 ? _mm512_mul_ps(w, xk[t]) : _mm512_fmadd_ps(w, xk[t], tmp[r][t]);
@@ -113,35 +134,37 @@ void fp4_rows(const uint8_t* w0, const uint8_t* s0, int64_t cols, const float* c
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   const float* x[T];
+  const uint8_t* p[R];
+  // Full groups; the row's last 64 bytes with masks when they end it (their
+  // shifted copies would reach past it).
+  const int64_t plain = rem > 0 ? full : full - 1;
   for (int64_t g = 0; g < full; ++g) {
-    __m512i v[R];
     __m512 s[R];
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w0 + r * wbytes + 64 * g;
+      p[r] = w0 + r * wbytes + 64 * g;
       // kPrefetch ahead in this row; near its end, into the same row of the
       // next block of R (rows are contiguous, and memory is consumed in
       // that order).
       if (kPrefetch) {
-        const uint8_t* ahead = p + kPrefetch + (64 * g + kPrefetch < wbytes ? 0 : (R - 1) * wbytes);
+        const uint8_t* ahead = p[r] + kPrefetch + (64 * g + kPrefetch < wbytes ? 0 : (R - 1) * wbytes);
         _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
       }
-      v[r] = _mm512_loadu_si512(p);
       s[r] = group_scales<kNv>(s0 + r * sbytes, g, 0);
     }
     for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * g;
-    group_step<R, T>(v, s, x, acc);
+    if (g < plain) group_step<R, T, false>(p, 64, s, x, acc);
+    else group_step<R, T, true>(p, 64, s, x, acc);
   }
   if (rem > 0) {
-    // A multiple of 32 (MXFP4) or 16 (NVFP4) columns. Masked loads never
-    // touch bytes past the row.
-    __m512i v[R];
+    // A multiple of 32 (MXFP4) or 16 (NVFP4) columns: rem / 2 bytes, read
+    // with masks (missing codes are 0 and meet zero activations).
     __m512 s[R];
     for (int r = 0; r < R; ++r) {
-      v[r] = _mm512_maskz_loadu_epi8((__mmask64(1) << (rem / 2)) - 1, w0 + r * wbytes + 64 * full);
+      p[r] = w0 + r * wbytes + 64 * full;
       s[r] = group_scales<kNv>(s0 + r * sbytes, full, rem);
     }
     for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * full;
-    group_step<R, T>(v, s, x, acc);
+    group_step<R, T, true>(p, rem / 2, s, x, acc);
   }
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
