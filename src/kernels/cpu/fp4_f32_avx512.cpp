@@ -81,40 +81,41 @@ inline __m512 group_scales(const uint8_t* srow, int64_t g, int64_t rem) {
   }
 }
 
-// The index vectors of one group: idx[k] dword j holds code 8j+k in bits
-// 0-3. p: the group's 64 code bytes, of which `n` (<= 64) exist; kMasked:
-// load with masks (the last group of a row), else plainly.
+// The 64 bytes from p + b, dword j = bytes 4j+b .. 4j+b+3 of the group:
+// codes 8j+2b and 8j+2b+1 in bits 0-3 and 4-7. p: the group's code bytes,
+// of which `n` (<= 64) exist; kMasked: load with masks (the last group of a
+// row), else plainly.
 template <bool kMasked>
-inline void group_indices(const uint8_t* p, int64_t n, __m512i* idx) {
-  for (int b = 0; b < 4; ++b) {
-    const __m512i v = kMasked ? _mm512_maskz_loadu_epi8(n - b >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - b)) - 1, p + b)
-                              : _mm512_loadu_si512(p + b);
-    idx[2 * b] = v;
-    idx[2 * b + 1] = _mm512_srli_epi32(v, 4);
-  }
+inline __m512i codes_from(const uint8_t* p, int64_t n, int b) {
+  if constexpr (kMasked)
+    return _mm512_maskz_loadu_epi8(n - b >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - b)) - 1, p + b);
+  else
+    return _mm512_loadu_si512(p + b);
 }
 
 // One group (128 columns) of R rows against T tokens: p[r] the rows' code
-// bytes (n of them, see group_indices), s[r] the lane scales, x[t] the
-// tokens' f32_fp4 activations of this group.
+// bytes (n of them, see codes_from), s[r] the lane scales, x[t] the tokens'
+// f32_fp4 activations of this group. Weight vector k = 2b + h is vpermps of
+// codes_from(b) >> 4h.
 template <int R, int T, bool kMasked>
 inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, const float* const* x,
                        __m512 (*acc)[T]) {
   constexpr bool kTileAcc = R * T <= 8;
   const __m512 table = e2m1_table();
-  __m512i idx[R][8];
-  for (int r = 0; r < R; ++r) group_indices<kMasked>(p[r], n, idx[r]);
   __m512 tmp[R][T];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    __m512 xk[T];
-    for (int t = 0; t < T; ++t) xk[t] = _mm512_load_ps(x[t] + 16 * k);
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
     for (int r = 0; r < R; ++r) {
-      __m512 w = _mm512_permutexvar_ps(idx[r][k], table);
-      if constexpr (!kTileAcc) w = _mm512_mul_ps(w, s[r]);
-      for (int t = 0; t < T; ++t) {
-        if constexpr (kTileAcc) tmp[r][t] = k == 0 ? _mm512_mul_ps(w, xk[t]) : _mm512_fmadd_ps(w, xk[t], tmp[r][t]);
-        else acc[r][t] = _mm512_fmadd_ps(w, xk[t], acc[r][t]);
+      const __m512i v = codes_from<kMasked>(p[r], n, b);
+      for (int h = 0; h < 2; ++h) {
+        const int k = 2 * b + h;
+        __m512 w = _mm512_permutexvar_ps(h == 0 ? v : _mm512_srli_epi32(v, 4), table);
+        if constexpr (!kTileAcc) w = _mm512_mul_ps(w, s[r]);
+        for (int t = 0; t < T; ++t) {
+          const __m512 xk = _mm512_load_ps(x[t] + 16 * k);
+          if constexpr (kTileAcc) tmp[r][t] = k == 0 ? _mm512_mul_ps(w, xk) : _mm512_fmadd_ps(w, xk, tmp[r][t]);
+          else acc[r][t] = _mm512_fmadd_ps(w, xk, acc[r][t]);
+        }
       }
     }
   }
