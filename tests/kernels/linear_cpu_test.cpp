@@ -236,6 +236,52 @@ TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
   }
 }
 
+TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
+  // linear_rows as the fused MoE calls it: tokens picked through
+  // token_index, results scaled by alpha and accumulated into rows picked by
+  // y_index (repeats accumulate in token order), on a row range that is not
+  // the whole matrix. Reference: linear_ref per token, combined here.
+  const Variant v = GetParam();
+  if (!isa_available(v.isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(v.isa);
+  const cpu::IsaKernels& k = cpu::isa_kernels(v.isa, v.acts);
+  for (Format f : {Format::mxfp4, Format::nvfp4, Format::fp8_block128, Format::bf16}) {
+    SCOPED_TRACE(std::string(format_name(f)) + " " + variant_name(v));
+    const int64_t rows = 37, cols = f == Format::nvfp4 ? 272 : 160, n = 9, ny = 4;
+    OwnedWeights w = random_weights(f, rows, cols, 77);
+    std::vector<float> x(size_t(n * cols));
+    random_normal(x.data(), int64_t(x.size()), 78);
+    // Tokens 8, 3, 3, 0, 5, 7 of x, into output rows 2, 0, 2, 3, 0, 1.
+    const std::vector<int32_t> tok = {8, 3, 3, 0, 5, 7}, yi = {2, 0, 2, 3, 0, 1};
+    const std::vector<float> alpha = {0.5f, -1.25f, 2.0f, 1.0f, 0.75f, -0.5f};
+    const x86::RawWeights raw = cpu::raw_weights(w.view);
+    const x86::ActsClass cls = k.acts_class(raw.kind);
+    cpu::ScratchBuffer buf;
+    x86::PreparedActs acts = cpu::prepare_acts(k, cls, x.data(), n, cols, buf, nullptr);
+    acts.token_index = tok.data();
+    acts.n = int64_t(tok.size());
+    std::vector<float> y(size_t(ny * rows), 0.25f), want = y;
+    const int64_t r0 = 5, r1 = 31;  // a row range, not the whole matrix
+    k.linear_rows(raw, r0, r1, acts, x86::RowsOut{y.data(), rows, alpha.data(), true, yi.data()});
+    // The same rounding as the kernel's (int8 blocks for FP4 in int8 mode).
+    std::vector<float> xr = x;
+    test::round_like_kernel(xr, cols, v.isa, v.acts, w.view);
+    std::vector<float> dot(static_cast<size_t>(rows));
+    for (size_t i = 0; i < tok.size(); ++i) {
+      linear_ref(w.view, xr.data() + tok[i] * cols, 1, dot.data(), nullptr);
+      for (int64_t r = r0; r < r1; ++r) want[size_t(yi[i] * rows + r)] += alpha[i] * dot[size_t(r)];
+    }
+    for (int64_t t = 0; t < ny; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t i = size_t(t * rows + r);
+        if (r < r0 || r >= r1) {
+          EXPECT_EQ(y[i], 0.25f) << "row " << r << " outside the range was written";
+        } else {
+          EXPECT_NEAR(y[i], want[i], 2e-5 * (1 + std::fabs(want[i]))) << "output " << t << " row " << r;
+        }
+      }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernel, LinearCpu,
                          ::testing::Values(Variant{CpuIsa::avx2, Fp4Acts::f32}, Variant{CpuIsa::avx512, Fp4Acts::f32},
                                            Variant{CpuIsa::avx2, Fp4Acts::int8},
