@@ -78,6 +78,20 @@ size_t dram_working_set() {
   return std::max<size_t>(size_t(2) << 30, 4 * llc);
 }
 
+// Memory the process can still allocate: MemAvailable (free plus
+// reclaimable page cache) on Linux, else the free pages.
+double available_memory_bytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb > 0) return double(kb) * 1024.0;
+  }
+  return double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+}
+
 struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;
 };
@@ -470,11 +484,11 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   w.swiglu_limit = 10.0f;
   // Refuse up front rather than be killed mid-allocation (BF16 is 13 GB).
   const double layer_bytes = double(E + 1) * 3.0 * double(random_weights(format, 16, I, 1, fp8).view.bytes()) * (D / 16.0);
-  const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  const double avail = available_memory_bytes();
   if (avail > 0 && layer_bytes + double(dram_working_set()) > 0.8 * avail)
     fail("flag --format: a ", format_name(format), " dsv4-flash layer needs ", layer_bytes / 1e9,
          " GB (plus the bandwidth probe's ", double(dram_working_set()) / 1e9, " GB); ", avail / 1e9,
-         " GB of memory are free");
+         " GB of memory are available");
   l.mats.resize(size_t(3 * (E + 1)));
   pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
