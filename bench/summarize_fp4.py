@@ -27,13 +27,13 @@ def kind(r):
 best = defaultdict(lambda: None)
 for r in rows:
     key = (kind(r), r['format'], r['backend'], r['batch'])
-    val = r['gbps_best'] if kind(r) == 'resident' else r['ratio']
+    val = r['gbps'] if kind(r) == 'resident' else r['ratio']
     if best[key] is None or val > best[key][0]:
         best[key] = (val, r.get('load'), r['time_ms_median'], r.get('bandwidth_gbps'))
 
 kinds = sorted({k[0] for k in best})
 for k in kinds:
-    print(f'\n## {k}' + (' (GB/s per core, best of rounds)' if k == 'resident' else ' (ratio; median time ms; load; probe GB/s)'))
+    print(f'\n## {k}' + (' (GB/s per core: per-run median, best run)' if k == 'resident' else ' (ratio; median time ms; load; probe GB/s)'))
     batches = sorted({key[3] for key in best if key[0] == k})
     print('| format | backend | ' + ' | '.join(f'batch {b}' for b in batches) + ' |')
     print('|---|---|' + '---|' * len(batches))
