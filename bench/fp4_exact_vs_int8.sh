@@ -5,7 +5,11 @@
 # load average at its start. bench/summarize_fp4.py turns the output into
 # the tables of RESULTS.md.
 #
-# Usage: bench/fp4_exact_vs_int8.sh [BUILD_DIR] [ROUNDS] [ISA...]   (> results/NAME.jsonl)
+# With IDLE=1 every measurement first waits for an idle machine
+# (bench/when_idle.sh): on the shared 2-core machine, measurements taken
+# while another process runs understate compute-bound kernels.
+#
+# Usage: [IDLE=1] bench/fp4_exact_vs_int8.sh [BUILD_DIR] [ROUNDS] [ISA...]   (> results/NAME.jsonl)
 set -e
 BUILD=${1:-build/release}
 ROUNDS=${2:-2}
@@ -13,7 +17,11 @@ shift 2 2>/dev/null || true
 ISAS=${*:-avx512 avx2}
 NIBBLE="$BUILD/nibble"
 
+WAIT=""
+[ "${IDLE:-0}" = 1 ] && WAIT="$(dirname "$0")/when_idle.sh"
+
 tag() {  # runs a bench command, adds "load" (1-minute load average) to its JSON lines
+  [ -n "$WAIT" ] && "$WAIT" true
   load=$(cut -d' ' -f1 /proc/loadavg)
   "$NIBBLE" bench "$@" --json | sed "s/^{/{\"load\":$load,/"
 }
