@@ -243,8 +243,11 @@ void SafetensorsWriter::write_tensor(std::string_view name, const void* data, si
 
 void SafetensorsWriter::write_fd(const void* data, size_t n) {
   if (n == 0) return;
-  if (buffer_.size() + n > kBufferBytes) flush_buffer();
-  if (n >= kBufferBytes) {
+  // A piece of at least one write call's size goes straight out (after what
+  // is buffered): copying it into the buffer first would cost a pass over
+  // memory and gain nothing. The buffer only coalesces small pieces.
+  if (n >= kMaxWriteCall || buffer_.size() + n > kBufferBytes) flush_buffer();
+  if (n >= kMaxWriteCall) {
     write_all(fd_, data, n, partial_);
     return;
   }

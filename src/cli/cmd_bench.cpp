@@ -1,8 +1,12 @@
 // `nibble bench`: how close the CPU kernels get to memory bandwidth.
 //
 //   nibble bench bandwidth                       read bandwidth, all threads
-//   nibble bench linear --format F --rows R --cols C --batch B
-//   nibble bench moe --format F --preset dsv4-flash --batch B
+//   nibble bench linear --format F --rows R --cols C --batch B [--backend K]
+//   nibble bench moe --format F --preset dsv4-flash --batch B [--backend K]
+//
+// The kernel is the planner's choice for the op on this machine (what a
+// model would run), or the registry kernel --backend names (e.g. the opt-in
+// cpu_avx512_int8), or the default kernel of the ISA --isa names.
 //
 // Every result carries the weight bytes the op must read, the median / min /
 // max time of --iters timed calls, the effective bandwidth (bytes / median)
@@ -40,6 +44,7 @@
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/cpu/random_weights.h"
 #include "kernels/moe_routing.h"
+#include "kernels/registry.h"
 #include "runtime/thread_pool.h"
 #include "util/error.h"
 
@@ -52,11 +57,12 @@ const std::vector<OptionSpec> kOptions = {
     {"--cols", "C", "linear: input features (default 4096)"},
     {"--batch", "B[,B...]", "tokens per call; a comma list runs each (default 1)"},
     {"--preset", "NAME", "moe: layer dimensions, dsv4-flash (256 experts, 4096 -> 2048 -> 4096, top-6 + shared)"},
-    {"--routing", "MODE", "moe: random (fresh random experts per token, from DRAM; default) or router (top-k of the router on random x)"},
+    {"--routing", "MODE", "moe: random (fresh random experts per token, from DRAM; default), shared (every token of a call routes to the same fresh experts) or router (top-k of the router on random x)"},
     {"--fp8-scale", "T", "fp8_block128 scale type: ue8m0 (default) or f32"},
     {"--shared-format", "F", "moe: the shared expert's format (default: --format; DeepSeek-V4 ships fp8_block128)"},
     {"--threads", "N", "threads (default: all)"},
-    {"--isa", "NAME", "kernels: ref, avx2, avx512 or auto (default)"},
+    {"--backend", "NAME", "kernel from the registry (cpu_ref, cpu_avx2, cpu_avx512, cpu_avx2_int8, cpu_avx512_int8) or auto (default: the planner's choice)"},
+    {"--isa", "NAME", "shorthand for --backend cpu_NAME: ref, avx2, avx512 (auto: the planner's choice)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
     {"--resident", "", "linear: one in-cache copy of the weights, one thread, CPU-clock timing (compute ceiling)"},
     {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
@@ -70,6 +76,20 @@ size_t dram_working_set() {
   long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   size_t llc = l3 > 0 ? size_t(l3) : size_t(64) << 20;
   return std::max<size_t>(size_t(2) << 30, 4 * llc);
+}
+
+// Memory the process can still allocate: MemAvailable (free plus
+// reclaimable page cache) on Linux, else the free pages.
+double available_memory_bytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb > 0) return double(kb) * 1024.0;
+  }
+  return double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
 }
 
 struct Timing {
@@ -98,7 +118,9 @@ double thread_cpu_ms() {
 // 4x the LLC, moving on through it so every read is cold, on all threads.
 class ReadProbe {
  public:
-  explicit ReadProbe(ThreadPool* pool) : pool_(pool), size_(dram_working_set()) {
+  // With --bandwidth given nothing is probed: no buffer either.
+  explicit ReadProbe(ThreadPool* pool, bool needed = true) : pool_(pool), size_(dram_working_set()) {
+    if (!needed) return;
     buf_.reset(static_cast<uint64_t*>(std::aligned_alloc(4096, size_)));
     if (!buf_) fail("bench: cannot allocate the ", size_ >> 20, " MiB bandwidth probe");
     const int64_t words = int64_t(size_ / 8);
@@ -193,8 +215,42 @@ Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, B
   return summarize(ms);
 }
 
+// The kernel a run measures (see the top of the file).
+struct Backend {
+  std::string name;  // registry name: "cpu_avx512", "cpu_avx512_int8", ...
+  CpuIsa isa = CpuIsa::ref;
+  Fp4Acts acts = Fp4Acts::f32;
+  LinearFn linear = nullptr;
+  MoeFn moe = nullptr;
+};
+
+Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int threads) {
+  std::string want = args.str("--backend", "auto");
+  if (args.has("--isa") && args.str("--isa") != "auto") {
+    if (args.has("--backend") && want != "auto") fail("flags --isa and --backend: give one of them");
+    want = std::string("cpu_") + cpu_isa_name(parse_cpu_isa(args.str("--isa")));
+  }
+  // The host as the planner sees it; the bandwidth only scales the cost
+  // estimates, so a nominal one spares a probe.
+  const Device host = named_device("host", threads, given_bandwidth > 0 ? given_bandwidth : 10.0);
+  const Selection sel = select_kernel(kernel_registry(), shape, host, want, "--backend");
+  if (!sel.chosen) fail("flag --backend: no kernel can run ", format_name(shape.format), " ", op_name(shape.op), " here");
+  Backend b;
+  b.name = sel.chosen->name;
+  b.linear = sel.chosen->linear;
+  b.moe = sel.chosen->moe;
+  // Which ISA / FP4 mode that is, for the output.
+  for (CpuIsa isa : {CpuIsa::ref, CpuIsa::avx2, CpuIsa::avx512})
+    for (Fp4Acts acts : {Fp4Acts::f32, Fp4Acts::int8})
+      if ((b.linear && b.linear == linear_for_isa(isa, acts)) || (b.moe && b.moe == moe_for_isa(isa, acts))) {
+        b.isa = isa;
+        b.acts = acts;
+      }
+  return b;
+}
+
 struct Result {
-  std::string op, format, isa, detail;
+  std::string op, format, isa, backend, detail;
   int threads = 1;
   int64_t batch = 0, iters = 0;
   double bytes = 0;
@@ -209,6 +265,7 @@ void print(const Result& r, bool json) {
     nlohmann::json j = {{"op", r.op},
                         {"format", r.format},
                         {"isa", r.isa},
+                        {"backend", r.backend},
                         {"threads", r.threads},
                         {"batch", r.batch},
                         {"bytes", r.bytes},
@@ -231,8 +288,8 @@ void print(const Result& r, bool json) {
     std::cout << j.dump() << std::endl;
   } else {
     const double best = r.best_bandwidth > 0 ? r.bytes / (r.time.min_ms * 1e-3) / 1e9 / r.best_bandwidth : 0;
-    std::printf("%-9s %-13s %-6s batch %-3lld %9.1f MB  %8.3f ms (min %.3f, max %.3f)  %6.1f GB/s  of %5.1f GB/s = %.2f (best %.2f)\n",
-                r.op.c_str(), r.format.c_str(), r.isa.c_str(), (long long)r.batch, r.bytes / 1e6,
+    std::printf("%-9s %-13s %-15s batch %-3lld %9.1f MB  %8.3f ms (min %.3f, max %.3f)  %6.1f GB/s  of %5.1f GB/s = %.2f (best %.2f)\n",
+                r.op.c_str(), r.format.c_str(), r.backend.c_str(), (long long)r.batch, r.bytes / 1e6,
                 r.time.median_ms, r.time.min_ms, r.time.max_ms, gbps, r.bandwidth, gbps / r.bandwidth, best);
     std::fflush(stdout);
   }
@@ -287,6 +344,7 @@ int bench_bandwidth(const ParsedArgs& args, int threads, bool json) {
   r.op = "bandwidth";
   r.format = "-";
   r.isa = "-";
+  r.backend = "-";
   r.threads = threads;
   r.bytes = double(dram_working_set());
   r.iters = iters;
@@ -299,20 +357,30 @@ int bench_bandwidth(const ParsedArgs& args, int threads, bool json) {
 
 // ---- bench linear -------------------------------------------------------------
 
-int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
+int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const Format format = parse_weight_format(args, "fp8_block128");
   const int64_t rows = args.integer("--rows", 4096, 1, 1 << 20);
   const int64_t cols = args.integer("--cols", 4096, 1, 1 << 20);
   const Fp8ScaleType fp8 = parse_fp8_scale(args);
   const std::vector<int64_t> batches = parse_batches(args);
-  const int64_t iters = args.integer("--iters", isa == CpuIsa::ref ? 3 : 20, 1, 100000);
-  const LinearFn fn = linear_for_isa(isa);
   const bool resident = args.has("--resident");
 
   // Copies of one random matrix, together past 4x the LLC; each call uses the
   // next copy, so every call streams its weights from DRAM.
   OwnedWeights base = random_weights(format, rows, cols, 42, fp8);
   const double bytes = double(base.view.bytes());
+
+  OpShape shape;
+  shape.op = Op::linear;
+  shape.format = format;
+  shape.rows = rows;
+  shape.cols = cols;
+  shape.batch = *std::max_element(batches.begin(), batches.end());
+  shape.bytes = bytes;
+  shape.flops = 2.0 * double(rows) * double(cols) * double(shape.batch);
+  const Backend backend = resolve_backend(args, shape, resident ? 1 : pool.size());
+  const LinearFn fn = backend.linear;
+  const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   const size_t copies = resident ? 1 : std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
   std::vector<OwnedWeights> mats(copies);
   pool.parallel_for(int64_t(copies), [&](int64_t b, int64_t e, int) {
@@ -331,7 +399,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json
   random_normal(x.data(), int64_t(x.size()), 7);
 
   ThreadPool* p = resident ? nullptr : &pool;
-  ReadProbe probe(p);
+  ReadProbe probe(p, given_bandwidth <= 0);
   size_t next = 0;
   for (int64_t batch : batches) {
     double bw = 0, bytes_per_call = 0, best_bw = 0;
@@ -342,7 +410,8 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json
     Result r;
     r.op = "linear";
     r.format = format_name(format);
-    r.isa = cpu_isa_name(isa);
+    r.isa = cpu_isa_name(backend.isa);
+    r.backend = backend.name;
     r.threads = resident ? 1 : pool.size();
     r.batch = batch;
     r.bytes = bytes;
@@ -368,7 +437,7 @@ struct MoeLayer {
   MoeWeights w;
 };
 
-int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
+int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const Format format = parse_weight_format(args, "mxfp4");
   Format shared_format = format;
   if (args.has("--shared-format")) {
@@ -380,15 +449,30 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
   const std::string preset = args.str("--preset", "dsv4-flash");
   if (preset != "dsv4-flash") fail("flag --preset: unknown preset '", preset, "' (dsv4-flash)");
   const std::string routing = args.str("--routing", "random");
-  if (routing != "random" && routing != "router") fail("flag --routing: '", routing, "' is not random or router");
+  if (routing != "random" && routing != "shared" && routing != "router")
+    fail("flag --routing: '", routing, "' is not random, shared or router");
   const Fp8ScaleType fp8 = parse_fp8_scale(args);
   const std::vector<int64_t> batches = parse_batches(args);
-  const int64_t iters = args.integer("--iters", isa == CpuIsa::ref ? 3 : 20, 1, 100000);
-  const MoeFn fn = moe_for_isa(isa);
 
   // DeepSeek-V4-Flash: hidden 4096, 256 experts of width 2048, top-6, one
   // shared expert, sqrt(softplus) scores, clamp 10, scaling 1.5.
   const int64_t D = 4096, I = 2048, E = 256, K = 6;
+  OpShape shape;
+  shape.op = Op::moe;
+  shape.format = format;
+  shape.rows = I;
+  shape.cols = D;
+  shape.batch = *std::max_element(batches.begin(), batches.end());
+  WeightView one;  // one expert projection, for its byte count
+  one.format = format;
+  one.rows = I;
+  one.cols = D;
+  one.fp8_scale = fp8;
+  shape.bytes = 3.0 * double(one.bytes()) * double(K + 1);
+  shape.flops = 2.0 * 3.0 * double(I * D) * double(K + 1) * double(shape.batch);
+  const Backend backend = resolve_backend(args, shape, pool.size());
+  const MoeFn fn = backend.moe;
+  const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   MoeLayer l;
   MoeWeights& w = l.w;
   w.hidden = D;
@@ -400,11 +484,11 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
   w.swiglu_limit = 10.0f;
   // Refuse up front rather than be killed mid-allocation (BF16 is 13 GB).
   const double layer_bytes = double(E + 1) * 3.0 * double(random_weights(format, 16, I, 1, fp8).view.bytes()) * (D / 16.0);
-  const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  const double avail = available_memory_bytes();
   if (avail > 0 && layer_bytes + double(dram_working_set()) > 0.8 * avail)
     fail("flag --format: a ", format_name(format), " dsv4-flash layer needs ", layer_bytes / 1e9,
          " GB (plus the bandwidth probe's ", double(dram_working_set()) / 1e9, " GB); ", avail / 1e9,
-         " GB of memory are free");
+         " GB of memory are available");
   l.mats.resize(size_t(3 * (E + 1)));
   pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -425,13 +509,15 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
   random_normal(l.bias.data(), E, 6, 0.01f);
   w.bias = l.bias.data();
 
-  // Tokens: random x; with --routing random, token ids index a tid2eid table
-  // whose rows walk through random permutations of the experts, so a call's
-  // experts were not used by the calls just before it (not in any cache).
+  // Tokens: random x; with --routing random or shared, token ids index a
+  // tid2eid table whose rows walk through random permutations of the
+  // experts, so a call's experts were not used by the calls just before it
+  // (not in any cache). random: every token its own row; shared: every token
+  // of call c row c (the same K experts for the whole batch).
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t calls = iters + 8;
   const int64_t vocab = calls * max_batch;
-  if (routing == "random") {
+  if (routing != "router") {
     l.tid2eid.resize(size_t(vocab * K));
     std::vector<int32_t> perm(static_cast<size_t>(E));
     uint64_t state = 12345;
@@ -454,15 +540,14 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
   std::vector<float> xs(size_t(16 * max_batch * D)), y(size_t(max_batch * D));
   random_normal(xs.data(), int64_t(xs.size()), 11);
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
 
   // Weight bytes of one call: the router, the distinct routed experts, the
   // shared expert.
-  auto call_bytes = [&](int64_t first_token, int64_t batch, const float* x) {
+  auto call_bytes = [&](const int32_t* call_ids, int64_t batch, const float* x) {
     std::vector<bool> hit(static_cast<size_t>(E), false);
-    if (routing == "random") {
-      for (int64_t t = first_token; t < first_token + batch; ++t)
-        for (int64_t k = 0; k < K; ++k) hit[size_t(l.tid2eid[size_t(t * K + k)])] = true;
+    if (routing != "router") {
+      for (int64_t t = 0; t < batch; ++t)
+        for (int64_t k = 0; k < K; ++k) hit[size_t(l.tid2eid[size_t(int64_t(call_ids[t]) * K + k)])] = true;
     } else {
       std::vector<float> logits(static_cast<size_t>(batch * E));
       linear_ref(w.gate, x, batch, logits.data(), &pool);
@@ -479,20 +564,22 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, CpuIsa isa, bool json) {
     return bytes + expert_bytes(w.shared);
   };
 
-  ReadProbe probe(&pool);
+  ReadProbe probe(&pool, given_bandwidth <= 0);
   for (int64_t batch : batches) {
+    for (int64_t i = 0; i < vocab; ++i) ids[size_t(i)] = int32_t(routing == "shared" ? i / batch : i);
     double bw = 0, bytes = 0, best_bw = 0;
     const Timing t = time_paired(
         8, iters, probe,
         [&](int64_t c) {
           fn(w, xs.data() + size_t((c % 16) * batch * D), ids.data() + c * batch, batch, y.data(), &pool);
         },
-        [&](int64_t c) { return call_bytes(c * batch, batch, xs.data() + size_t((c % 16) * batch * D)); }, &bw,
-        &bytes, &best_bw);
+        [&](int64_t c) { return call_bytes(ids.data() + c * batch, batch, xs.data() + size_t((c % 16) * batch * D)); },
+        &bw, &bytes, &best_bw);
     Result r;
     r.op = "moe";
     r.format = format_name(format);
-    r.isa = cpu_isa_name(isa);
+    r.isa = cpu_isa_name(backend.isa);
+    r.backend = backend.name;
     r.threads = pool.size();
     r.batch = batch;
     r.bytes = bytes;
@@ -526,10 +613,9 @@ int run_bench(const std::vector<std::string>& argv) {
   given_bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
   const std::string what = args.positional[0];
   if (what == "bandwidth") return bench_bandwidth(args, threads <= 0 ? ThreadPool::hardware_threads() : threads, json);
-  const CpuIsa isa = parse_cpu_isa(args.str("--isa", "auto"));
   ThreadPool pool(threads);
-  if (what == "linear") return bench_linear(args, pool, isa, json);
-  if (what == "moe") return bench_moe(args, pool, isa, json);
+  if (what == "linear") return bench_linear(args, pool, json);
+  if (what == "moe") return bench_moe(args, pool, json);
   fail("unknown benchmark '", what, "' (bandwidth, linear, moe)");
 }
 

@@ -28,7 +28,9 @@ const std::vector<OptionSpec> kOptions = {
     {"--mtp-experts", "MODE",
      "MTP block experts: auto (default: keep FP4 ones as they are, like NVIDIA's NVFP4 release; "
      "quantize BF16 ones), keep, or convert"},
-    {"--threads", "N", "threads converting expert rows (default 2; one more thread writes)"},
+    {"--threads", "N", "threads converting expert rows of each shard being written (default 2)"},
+    {"--jobs", "N",
+     "shards written at once (default 2, one per core on the usual machine; 1 for a spinning disk)"},
     {"--json", "", "print the report as one JSON object on stdout"},
     {"--quiet", "", "no progress on stderr"},
 };
@@ -157,7 +159,7 @@ void print_report(const ConvertReport& r) {
 
 int run_convert(const std::vector<std::string>& argv) {
   ParsedArgs args = parse_args(argv, kOptions);
-  const std::string usage = "nibble convert SRC DST --to nvfp4|mxfp4 [--force] [--mtp-experts MODE] [--json]";
+  const std::string usage = "nibble convert SRC DST --to nvfp4|mxfp4 [--force] [--mtp-experts MODE] [--jobs N] [--json]";
   if (args.help) {
     std::cout << format_help(usage, kDescription, kOptions);
     return 0;
@@ -178,6 +180,7 @@ int run_convert(const std::vector<std::string>& argv) {
   else fail("--mtp-experts ", mtp, ": expected auto, keep or convert");
   opt.force = args.has("--force");
   opt.threads = int(args.integer("--threads", 2, 1, 256));
+  opt.jobs = int(args.integer("--jobs", 2, 1, 64));
 
   install_signal_handlers();
   opt.cancel = &g_signal;

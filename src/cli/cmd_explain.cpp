@@ -40,6 +40,10 @@ nlohmann::json plan_json(const Plan& plan) {
       j["kernel"] = g.selection.chosen ? nlohmann::json(g.selection.chosen->name) : nlohmann::json(nullptr);
       if (g.selection.chosen) {
         j["kernel_units"] = g.selection.chosen->units;
+        // What the kernel rounds beyond f32 sums (only a forced opt-in kernel).
+        j["kernel_lossy"] = kernel_is_lossy(*g.selection.chosen, g.format)
+                                ? nlohmann::json(g.selection.chosen->lossy)
+                                : nlohmann::json(nullptr);
         j["why"] = g.selection.why;
         j["est_ms"] = g.selection.cost_s * 1e3;
       }

@@ -5,6 +5,8 @@
 #include <future>
 #include <set>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
@@ -118,29 +120,66 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
   report.mtp_experts_kept = plan.mtp_experts_kept;
 
   // ---- Shards -----------------------------------------------------------------
+  // `jobs` lanes write shards at once, each with its own producer, writer
+  // and read-back threads (shard_pipeline.h): one lane keeps one core busy
+  // writing (the kernel's copy into the page cache is most of it) and reads
+  // its previous shard back on another thread; a second lane uses the second
+  // core. Buffered writes to one file are serialized by the kernel (inode
+  // lock), so lanes take whole shards. A failure in any lane stops the
+  // others between chunks, and the first error is the one reported.
   uint64_t total = 0, done = 0;
   for (const auto& s : plan.shards) total += s.data_bytes;
-  std::vector<ExpertStats> stats(plan.experts.size());
-  ThreadPool pool(std::max(1, opt.threads));
+  std::vector<ExpertStats> stats(plan.experts.size());  // each expert is in one shard: lanes write disjoint entries
+  std::vector<ShardResult> results(plan.shards.size());
+  std::mutex progress_mu, error_mu;
+  std::atomic<size_t> next_shard{0};
+  std::atomic<bool> stop{false};
+  std::exception_ptr first_error;
+  auto lane = [&] {
+    std::future<void> verifying;  // this lane's previous shard, read back while the next one is written
+    try {
+      ThreadPool pool(std::max(1, opt.threads));
+      for (size_t i; (i = next_shard.fetch_add(1)) < plan.shards.size();) {
+        if (stop.load()) throw ShardStopped();
+        const ShardPlan& shard = plan.shards[i];
+        ShardPipelineOptions so;
+        so.max_in_flight = opt.max_in_flight;
+        so.cancel = opt.cancel;
+        so.stop = &stop;
+        so.on_written = [&](uint64_t n) {
+          std::lock_guard<std::mutex> lock(progress_mu);
+          done += n;
+          if (opt.on_progress) opt.on_progress({"write", done, total});
+        };
+        const std::string path = (fs::path(staging.dir()) / shard.file).string();
+        results[i] = write_shard(plan, shard, path, pool, so, &stats);
+        if (opt.after_shard_written) opt.after_shard_written(path);
+        if (verifying.valid()) verifying.get();
+        verifying = std::async(std::launch::async, [&r = results[i], path, &shard] {
+          verify_shard(path, r.tensors, r.offsets, shard.metadata, r.file_bytes, r.digest);
+        });
+      }
+      if (verifying.valid()) verifying.get();
+    } catch (...) {
+      if (verifying.valid()) verifying.wait();  // its error, if any, comes second
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!first_error) first_error = std::current_exception();
+      stop = true;
+    }
+  };
+  {
+    const size_t jobs = std::max<size_t>(1, std::min<size_t>(size_t(std::max(1, opt.jobs)), plan.shards.size()));
+    std::vector<std::thread> others;
+    for (size_t j = 1; j < jobs; ++j) others.emplace_back(lane);
+    lane();  // the first lane on this thread
+    for (auto& t : others) t.join();
+  }
+  if (first_error) std::rethrow_exception(first_error);
   std::map<std::string, std::string> weight_map;
   uint64_t index_total = 0;
-  std::future<void> verifying;  // the previous shard's read-back
-  for (const auto& shard : plan.shards) {
-    ShardPipelineOptions so;
-    so.max_in_flight = opt.max_in_flight;
-    so.cancel = opt.cancel;
-    so.on_written = [&](uint64_t n) {
-      done += n;
-      if (opt.on_progress) opt.on_progress({"write", done, total});
-    };
-    const std::string path = (fs::path(staging.dir()) / shard.file).string();
-    ShardResult r = write_shard(plan, shard, path, pool, so, &stats);
-    // Read the shard back while the next one is written; one at a time.
-    if (verifying.valid()) verifying.get();
-    verifying = std::async(std::launch::async, [r, path, &shard] {
-      verify_shard(path, r.tensors, r.offsets, shard.metadata, r.file_bytes, r.digest);
-    });
-    report.bytes_out += r.file_bytes;
+  for (size_t i = 0; i < plan.shards.size(); ++i) {
+    const ShardPlan& shard = plan.shards[i];
+    report.bytes_out += results[i].file_bytes;
     index_total += shard.data_bytes;
     for (const auto& t : shard.tensors) {
       weight_map[t.spec.name] = shard.file;
@@ -149,7 +188,6 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
     report.tensors_out += int64_t(shard.tensors.size());
     ++report.shards;
   }
-  if (verifying.valid()) verifying.get();
   // An index whenever the source had one or there is more than one shard.
   if (fs::exists(ck->file_path("model.safetensors.index.json")) || plan.shards.size() > 1)
     write_safetensors_index((fs::path(staging.dir()) / "model.safetensors.index.json").string(), index_total,

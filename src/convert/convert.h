@@ -35,10 +35,16 @@ struct ConvertOptions {
   Format target = Format::nvfp4;        // nvfp4 or mxfp4
   MtpExperts mtp = MtpExperts::auto_;
   bool force = false;                   // replace a non-empty DST (at the end)
-  int threads = 2;                      // threads converting rows (the writer has its own)
+  int threads = 2;                      // threads converting rows, per shard being written
+  int jobs = 2;                         // shards written at once
   size_t max_in_flight = size_t(16) << 20;  // bytes queued between converting and writing
   const std::atomic<int>* cancel = nullptr;  // a signal number here stops the conversion
-  std::function<void(const ConvertProgress&)> on_progress;
+  std::function<void(const ConvertProgress&)> on_progress;  // called from the writing threads, one at a time
+  // Called on the writing thread with each shard's path once it is written
+  // and flushed, before it is read back; an exception it throws fails the
+  // conversion like any other. For tests (corrupting a shard on disk,
+  // failing one lane while another writes).
+  std::function<void(const std::string& path)> after_shard_written;
 };
 
 // Totals of one kind of conversion.

@@ -7,6 +7,7 @@
 #include <optional>
 #include <regex>
 
+#include "convert/source_pages.h"
 #include "format/block.h"
 #include "format/element.h"
 #include "util/error.h"
@@ -194,10 +195,11 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
     ExpertSource src = source_view(*p.t);
     const bool paired = p.name.proj != "w2";
     if (p.op == ExpertOp::mxfp4_to_nvfp4) {
-      int k = mxfp4_matrix_max_exponent(src, p.t->name);  // also rejects NaN scale codes
+      const ExponentRange range = mxfp4_matrix_exponent_range(src, p.t->name);  // also rejects NaN scale codes
+      const int k = range.max;
       own[i] = float(k);
-      const TensorInfo& sc = *p.t->parts[1];
-      own_kmin[i] = int(*std::min_element(sc.data, sc.data + sc.nbytes)) - 127;
+      own_kmin[i] = range.min;
+      release_pages(src.scales, size_t(p.t->parts[1]->nbytes));  // scanned: unmap, or the scan maps every scale
       if (paired) {
         auto [it, fresh] = pair_kmax.emplace(p.name.expert, k);
         if (!fresh) it->second = std::max(it->second, k);
@@ -205,6 +207,7 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
       scan_done += p.t->parts[1]->nbytes;
     } else if (p.op == ExpertOp::float_to_nvfp4) {
       float a = float_matrix_amax(src, p.t->parts[0]->name);
+      release_pages(src.data, size_t(p.t->parts[0]->nbytes));  // scanned: unmap, or the scan maps every expert
       own[i] = a;
       if (paired) {
         auto [it, fresh] = pair_amax.emplace(p.name.expert, a);

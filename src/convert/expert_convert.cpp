@@ -168,6 +168,70 @@ ExpertStats convert_expert_rows(const ExpertSource& src, ExpertOp op, const Expe
   return {};
 }
 
+ExponentRange mxfp4_matrix_exponent_range(const ExpertSource& src, const std::string& tensor) {
+  const int64_t n = src.rows * (src.cols / kMxfp4Block);
+  if (n <= 0) fail("tensor ", tensor, ".scale: no block scales");
+  // Plain byte min / max: the compiler turns this into pminub / pmaxub over
+  // 16+ codes per instruction. 0xFF (NaN) is the largest code, so it shows
+  // up as the maximum; the format's scan then names the first one.
+  uint8_t lo = 0xFF, hi = 0;
+  const uint8_t* p = src.scales;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
+  }
+  if (hi == 0xFF) mxfp4_matrix_max_exponent(src, tensor);  // throws, naming the code's position
+  return {int(lo) - 127, int(hi) - 127};
+}
+
+ExpertStats cast_scales_in_window(const ExpertSource& src, int k_max, int64_t r0, int64_t r1, uint8_t* out_scales,
+                                  const std::string& tensor) {
+  if (src.format != Format::mxfp4) fail("tensor ", tensor, ": the in-window cast needs an MXFP4 source");
+  if (src.cols % kMxfp4Block != 0 || r0 < 0 || r1 > src.rows || r0 > r1)
+    fail("tensor ", tensor, ": bad shape or row range [", r0, ", ", r1, ")");
+  // table[e] = the two E4M3 codes that the cast writes for MX scale code e,
+  // or 0 where the block would not be a byte copy (E4M3 code 0 is 0.0,
+  // never a power of two, so 0 cannot be a real entry).
+  uint16_t table[256] = {};
+  const uint8_t zeros[kMxfp4Block / 2] = {};
+  for (int d = 0; d <= kCastWindow; ++d) {
+    const int e = 127 + k_max - d;
+    if (e < 0 || e > 0xFE) continue;
+    const uint8_t code = uint8_t(e);
+    uint8_t packed[kMxfp4Block / 2], pair[2];
+    CastStats cs;
+    try {
+      cs = mxfp4_to_nvfp4(zeros, &code, 1, kMxfp4Block, k_max, packed, pair);
+    } catch (const Error& err) {
+      fail("tensor ", tensor, ": ", err.what());
+    }
+    if (cs.exact != 1 || pair[0] == 0) fail("tensor ", tensor, ": block exponent ", e - 127, " is not cast exactly");
+    std::memcpy(&table[code], pair, 2);
+  }
+  const int64_t per_row = src.cols / kMxfp4Block;
+  const int64_t n = (r1 - r0) * per_row;
+  const uint8_t* in = src.scales + r0 * per_row;
+  bool bad = false;  // checked once after the loop, which then has no branch
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t v = table[in[i]];
+    bad |= v == 0;
+    std::memcpy(out_scales + 2 * i, &v, 2);
+  }
+  if (bad)
+    for (int64_t i = 0; i < n; ++i)
+      if (table[in[i]] == 0) {
+        const int k = int(in[i]) - 127;
+        fail("tensor ", tensor, ": block [", r0 + i / per_row, ", ", i % per_row, "] has ",
+             in[i] == 0xFF ? std::string("the NaN scale code 0xFF")
+                           : "exponent " + std::to_string(k) + ", outside the lossless window [" +
+                                 std::to_string(k_max - kCastWindow) + ", " + std::to_string(k_max) + "]",
+             " of a matrix planned as lossless");
+      }
+  ExpertStats st;
+  st.blocks = st.exact = n;
+  return st;
+}
+
 int mxfp4_matrix_max_exponent(const ExpertSource& src, const std::string& tensor) {
   try {
     return mxfp4_max_exponent(src.scales, src.rows * (src.cols / kMxfp4Block));

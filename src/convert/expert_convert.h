@@ -66,6 +66,25 @@ ExpertStats convert_expert_rows(const ExpertSource& src, ExpertOp op, const Expe
 
 // Largest block exponent (e - 127) of an MXFP4 matrix's scales.
 int mxfp4_matrix_max_exponent(const ExpertSource& src, const std::string& tensor);
+
+// Smallest and largest block exponent (e - 127) of an MXFP4 matrix's scales,
+// in one vectorized pass (the plan scans every scale of the model before
+// writing anything). The NaN code 0xFF is an error naming `tensor`.
+struct ExponentRange {
+  int min = 0, max = 0;
+};
+ExponentRange mxfp4_matrix_exponent_range(const ExpertSource& src, const std::string& tensor);
+
+// The MXFP4 -> NVFP4 cast of a matrix whose blocks all lie inside the
+// window (k_max - k_j <= kMxfp4ToNvfp4Window): its FP4 bytes are the
+// source's, so only the block scales of rows [r0, r1) are computed, into
+// out_scales ([r1 - r0, cols / 16], E4M3). Each source scale code maps to
+// one output pair through a table that the format's own cast fills, one
+// block per possible code. A block outside the window, above k_max or with
+// the NaN code is an error naming `tensor`, the row and the block (the plan
+// promised none). Returns the statistics of the full cast (all exact).
+ExpertStats cast_scales_in_window(const ExpertSource& src, int k_max, int64_t r0, int64_t r1, uint8_t* out_scales,
+                                  const std::string& tensor);
 // Largest |x| of a BF16/F32 matrix; NaN or infinity is an error naming the tensor.
 float float_matrix_amax(const ExpertSource& src, const std::string& tensor);
 

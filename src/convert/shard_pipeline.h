@@ -1,14 +1,15 @@
 // Writes one output shard of a conversion plan: a producer thread turns the
-// plan's tensors into byte chunks (source bytes for copies, freshly cast rows
-// for converted experts, computed on a small thread pool) and checksums them
-// in file order while they are hot in its cache; the calling thread streams
-// them through SafetensorsWriter. verify_shard() then reads the finished file
-// back and checks it against the plan and the checksum (the converter runs it
-// on another thread while the next shard is written).
+// plan's tensors into byte chunks (pointers into the source map for copies
+// and for the FP4 bytes of lossless casts, freshly converted rows otherwise,
+// computed on a small thread pool); the calling thread checksums them and
+// streams them through SafetensorsWriter, a cache-sized piece at a time.
+// verify_shard() then reads the finished file back and checks it against
+// the plan and the checksum (the converter runs it on another thread while
+// the next shard is written).
 //
-// Memory stays bounded whatever the model size: at most `max_in_flight` bytes
-// of chunks are queued (copies are handed over as pointers into the source
-// map, converted rows in recycled buffers of at most 4 MB), plus one expert's block
+// Memory stays bounded whatever the model size: at most `max_in_flight`
+// bytes of converted chunks are queued (in recycled buffers of at most
+// 4 MB) and `max_borrowed` bytes of mapped source, plus one expert's block
 // scales, which must follow its complete weight in the file.
 #pragma once
 
@@ -21,13 +22,24 @@
 #include "convert/convert_plan.h"
 #include "convert/expert_convert.h"
 #include "runtime/thread_pool.h"
+#include "util/error.h"
 
 namespace nibble {
 
 struct ShardPipelineOptions {
-  size_t max_in_flight = size_t(16) << 20;  // bytes queued between producer and writer
+  size_t max_in_flight = size_t(16) << 20;  // bytes of buffers queued between producer and writer
+  size_t max_borrowed = size_t(64) << 20;   // bytes of the (mapped, populated) source queued
   const std::atomic<int>* cancel = nullptr;  // polled between chunks
+  const std::atomic<bool>* stop = nullptr;   // also polled: set when another shard failed
   std::function<void(uint64_t bytes)> on_written;  // called after each chunk reaches the file
+};
+
+// What write_shard throws when ShardPipelineOptions::stop was set: the
+// shard gave up because another one failed first (whose error is the one
+// to report).
+class ShardStopped : public Error {
+ public:
+  ShardStopped() : Error("stopped: another shard failed") {}
 };
 
 struct ShardResult {

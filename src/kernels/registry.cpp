@@ -18,6 +18,8 @@ namespace {
 
 const std::vector<Format> kAllWeightFormats = {Format::mxfp4, Format::nvfp4, Format::fp8_block128,
                                                Format::bf16, Format::f32};
+const std::vector<Format> kFp4Formats = {Format::mxfp4, Format::nvfp4};
+constexpr const char* kInt8Acts = "quantizes activations to int8";
 
 std::string needs_cpu(const Device& d) {
   return d.kind == DeviceKind::cpu ? "" : "needs a CPU device; " + d.name + " is a CUDA device";
@@ -41,20 +43,32 @@ const std::vector<KernelDesc>& kernel_registry() {
        nullptr, moe_ref},
       // ---- kernels/cpu SIMD kernels (owner: kernels branch). Efficiencies
       // from `nibble bench` on the 2-core AVX-512 machine (bench/RESULTS.md):
-      // bandwidth = decode ratio (MoE 0.88-0.98 and FP8 GEMV 0.97 on AVX-512;
-      // MoE ~0.8 and FP8 ~0.6 on AVX2); compute = prefill rate over the
-      // device's nominal f32 peak (FP4 int8 dot products reach about the f32
-      // peak, FP8 / BF16 about half). ----
+      // bandwidth = decode ratio; compute = prefill rate over the device's
+      // nominal f32 peak. The exact kernels are the default for every
+      // format; the _int8 ones differ only for FP4 weights, where they round
+      // activations to int8 (faster at large batches, lossy) and so run only
+      // when asked for by name. ----
       {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 0.5,
-       "AVX-512: VNNI int8 dot (FP4 x int8 act), exact f16->f32 FMA (FP8), f32 FMA (BF16, F32)",
-       linear_avx512, nullptr},
-      {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.6,
-       "AVX2: maddubs int8 dot (FP4 x int8 act), exact F16C->f32 FMA (FP8), f32 FMA (BF16, F32)",
-       linear_avx2, nullptr},
+       "AVX-512 f32 FMA, exact: FP4 decoded by vpermps table, FP8 via f16, BF16, F32", linear_avx512,
+       nullptr},
+      {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
+       "AVX2 f32 FMA, exact: FP4 decoded as bf16 by vpshufb, FP8 via F16C, BF16, F32", linear_avx2, nullptr},
+      {"cpu_avx512_int8", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 0.6,
+       "AVX-512 VNNI int8 dot (FP4 x int8-quantized act); other formats as cpu_avx512", linear_avx512_int8,
+       nullptr, kInt8Acts, kFp4Formats},
+      {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.6,
+       "AVX2 maddubs int8 dot (FP4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
+       nullptr, kInt8Acts, kFp4Formats},
       {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.9, 0.5,
-       "AVX-512 fused MoE: experts grouped per batch, rows split over threads", nullptr, moe_avx512},
-      {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.6,
-       "AVX2 fused MoE: experts grouped per batch, rows split over threads", nullptr, moe_avx2},
+       "AVX-512 fused MoE, exact: experts grouped per batch, rows split over threads", nullptr, moe_avx512},
+      {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.5,
+       "AVX2 fused MoE, exact: experts grouped per batch, rows split over threads", nullptr, moe_avx2},
+      {"cpu_avx512_int8", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.9, 0.6,
+       "AVX-512 fused MoE, FP4 experts x int8-quantized activations", nullptr, moe_avx512_int8, kInt8Acts,
+       kFp4Formats},
+      {"cpu_avx2_int8", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.6,
+       "AVX2 fused MoE, FP4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
+       kFp4Formats},
   };
   return registry;
 }

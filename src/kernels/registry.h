@@ -43,6 +43,13 @@ struct KernelDesc {
   const char* units;             // what executes it: "scalar f64", "AVX-512 VNNI int8"
   LinearFn linear = nullptr;     // op == linear
   MoeFn moe = nullptr;           // op == moe
+  // Non-null: the kernel rounds something the reference does not (e.g.
+  // "quantizes activations to int8") for the weight formats in
+  // `lossy_formats`. The planner never picks such a kernel on its own, for
+  // any format; only a forced backend (--moe-backend / --linear-backend
+  // NAME) runs it.
+  const char* lossy = nullptr;
+  std::vector<Format> lossy_formats = {};
 };
 
 const std::vector<KernelDesc>& kernel_registry();
@@ -51,6 +58,9 @@ struct Rejection {
   std::string kernel;
   std::string reason;
 };
+
+// Whether `k` is lossy for weights of format `f`.
+bool kernel_is_lossy(const KernelDesc& k, Format f);
 
 struct Selection {
   const KernelDesc* chosen = nullptr;  // null when nothing can run it
@@ -62,7 +72,8 @@ struct Selection {
 // Estimated seconds for `shape` with `k` on `device`.
 double kernel_cost_s(const KernelDesc& k, const OpShape& shape, const Device& device);
 
-// `override_name` is "" or "auto" for the planner's choice, else a kernel
+// `override_name` is "" or "auto" for the planner's choice (the cheapest
+// runnable kernel that is not opt-in, see KernelDesc::lossy), else a kernel
 // name; a named kernel that does not exist or cannot run the op is an error
 // (nibble::Error naming `flag`), never a silent fallback.
 Selection select_kernel(const std::vector<KernelDesc>& registry, const OpShape& shape,

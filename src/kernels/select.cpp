@@ -35,6 +35,10 @@ std::string why_not(const KernelDesc& k, const OpShape& shape, const Device& dev
 
 }  // namespace
 
+bool kernel_is_lossy(const KernelDesc& k, Format f) {
+  return k.lossy && std::find(k.lossy_formats.begin(), k.lossy_formats.end(), f) != k.lossy_formats.end();
+}
+
 Selection select_kernel(const std::vector<KernelDesc>& registry, const OpShape& shape,
                         const Device& device, const std::string& override_name,
                         const std::string& flag) {
@@ -65,7 +69,22 @@ Selection select_kernel(const std::vector<KernelDesc>& registry, const OpShape& 
              op_name(shape.op), " on ", device.name, ": ", c.reason);
     sel.chosen = forced_k;
     sel.why = "chosen by " + flag + " " + override_name;
+    if (kernel_is_lossy(*forced_k, shape.format)) sel.why += std::string(" (lossy: ") + forced_k->lossy + ")";
   } else {
+    // Opt-in kernels are never the automatic choice: their rejection says
+    // what they round and how to ask for them.
+    for (auto& c : cands) {
+      if (!c.reason.empty() || !c.k->lossy) continue;
+      const std::string opt_in = "; opt in with " + flag + " " + c.k->name;
+      if (kernel_is_lossy(*c.k, shape.format)) {
+        c.reason = std::string(c.k->lossy) + " (lossy)" + opt_in;
+      } else {
+        std::string fmts;
+        for (Format f : c.k->lossy_formats) fmts += (fmts.empty() ? "" : "/") + std::string(format_name(f));
+        c.reason = std::string("opt-in only (") + c.k->lossy + " for " + fmts + "; exact for " +
+                   format_name(shape.format) + ")" + opt_in;
+      }
+    }
     for (const auto& c : cands)
       if (c.reason.empty() && (!sel.chosen || c.cost < sel.cost_s)) {
         sel.chosen = c.k;

@@ -106,6 +106,7 @@ TEST(ConvertSafety, CorruptExpertTensorFailsMidWayAndLeavesNothing) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(has(r.err, "layers.2.ffn.experts.1.w3")) << r.err;
   EXPECT_TRUE(has(r.err, "NaN")) << r.err;
+  EXPECT_FALSE(has(r.err, "another shard failed")) << r.err;  // the first shard is written at the same time
   expect_only(dir.str(), {"src"});
 
   // The same with a NaN in a BF16 expert to be quantized.
@@ -257,7 +258,7 @@ TEST(ConvertCli, HelpDescribesTheFlags) {
   RunResult r = run_nibble({"convert", "--help"});
   ASSERT_EQ(r.exit_code, 0);
   for (const char* s : {"SRC DST", "--to", "nvfp4", "mxfp4", "--force", "--mtp-experts", "--json", "--quiet",
-                        "--threads", "input_scale", "SIGINT"})
+                        "--threads", "--jobs", "input_scale", "SIGINT"})
     EXPECT_TRUE(has(r.out, s)) << s;
   r = run_nibble({"--help"});
   EXPECT_TRUE(has(r.out, "convert")) << r.out;
@@ -272,6 +273,9 @@ TEST(ConvertCli, BadUsageNamesTheFlag) {
   EXPECT_TRUE(has(r.err, "--to int4")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4", "--mtp-experts", "x"});
   EXPECT_TRUE(has(r.err, "--mtp-experts")) << r.err;
+  r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4", "--jobs", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.err, "--jobs")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), "--to", "nvfp4"});
   EXPECT_TRUE(has(r.err, "SRC and DST")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_base_fp8"), dir.str("out"), "--to", "nvfp4"});

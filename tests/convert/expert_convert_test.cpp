@@ -5,6 +5,7 @@
 // across threads).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -167,6 +168,88 @@ TEST(ExpertConvert, BlocksOfPowerOfTwoScaledE2M1ValuesSurviveFloatToMxfp4) {
   st = convert_expert_rows(s, ExpertOp::float_to_mxfp4, {}, 0, rows, packed.data(), scales.data(), "t");
   EXPECT_EQ(st.exact, st.blocks - 1);
   EXPECT_GT(st.max_abs_error, 0.0);
+}
+
+// E4M3 (OCP FP8, bias 7, no infinities) decoded from the definition.
+double e4m3_value(uint8_t code) {
+  const int e = (code >> 3) & 0xF, m = code & 7;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (code & 0x80) ? -mag : mag;
+}
+
+TEST(ExpertConvert, InWindowScalesArePowersOfTwoRelativeToKMax) {
+  // Every distance d = k_max - k in [0, 17], at an ordinary k_max and at one
+  // so small that the smallest block exponents reach UE8M0 code 0.
+  for (int k_max : {5, -110, -120}) {
+    MxMatrix m = random_mx(6, 96, 21);  // 18 blocks
+    for (int b = 0; b < 18; ++b) m.scales[size_t(b)] = uint8_t(std::max(0, 127 + k_max - b));
+    std::vector<uint8_t> nvs(size_t(6 * 96 / 16), 0xEE);
+    ExpertStats st = cast_scales_in_window(m.view(), k_max, 0, 6, nvs.data(), "t");
+    EXPECT_EQ(st.blocks, 18);
+    EXPECT_EQ(st.exact, 18);
+    EXPECT_EQ(st.requantized, 0);
+    for (int b = 0; b < 18; ++b) {
+      const int k = int(m.scales[size_t(b)]) - 127;
+      // NVFP4 value = code * s_b * s_g with s_g = 2^(k_max - 8): s_b must be 2^(k - k_max + 8).
+      const double want = std::ldexp(1.0, k - k_max + 8);
+      EXPECT_EQ(e4m3_value(nvs[size_t(2 * b)]), want) << "k_max " << k_max << " block " << b;
+      EXPECT_EQ(nvs[size_t(2 * b + 1)], nvs[size_t(2 * b)]) << "both halves share the scale";
+    }
+    // The same scales as the full cast, which also copies the FP4 bytes.
+    std::vector<uint8_t> nv(m.packed.size()), full(nvs.size());
+    ExpertTargetParams p;
+    p.k_max = k_max;
+    convert_expert_rows(m.view(), ExpertOp::mxfp4_to_nvfp4, p, 0, 6, nv.data(), full.data(), "t");
+    EXPECT_EQ(full, nvs);
+    EXPECT_EQ(nv, m.packed);
+    // A row range writes only its rows.
+    std::vector<uint8_t> part(size_t(2 * 96 / 16));
+    cast_scales_in_window(m.view(), k_max, 3, 5, part.data(), "t");
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), nvs.begin() + 3 * 6));
+  }
+}
+
+TEST(ExpertConvert, InWindowScalesRejectWhatTheLosslessCastCannotCopy) {
+  struct Case {
+    uint8_t code;
+    const char* says;
+  } cases[] = {{uint8_t(127 + 5 - 18), "outside the lossless window"},  // d = 18
+               {uint8_t(127 + 6), "outside the lossless window"},       // above k_max
+               {0xFF, "NaN"}};
+  for (const Case& c : cases) {
+    MxMatrix m = random_mx(3, 64, 5);
+    for (auto& e : m.scales) e = 127 + 5;
+    m.scales[3] = c.code;  // row 1, block 1
+    std::vector<uint8_t> nvs(size_t(3 * 64 / 16));
+    try {
+      cast_scales_in_window(m.view(), 5, 0, 3, nvs.data(), "layers.2.ffn.experts.9.w3");
+      FAIL() << "scale code " << int(c.code) << " must be an error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("layers.2.ffn.experts.9.w3"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("block [1, 1]"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(ExpertConvert, ExponentRangeIsTheSmallestAndLargestBlockExponent) {
+  MxMatrix m = random_mx(33, 160, 17);  // 165 scales
+  std::mt19937 rng(4);
+  for (auto& e : m.scales) e = uint8_t(100 + rng() % 50);
+  m.scales[77] = 3;
+  m.scales[164] = 0xFE;  // the last one, after every full vector
+  ExponentRange r = mxfp4_matrix_exponent_range(m.view(), "t");
+  EXPECT_EQ(r.min, 3 - 127);
+  EXPECT_EQ(r.max, 0xFE - 127);
+  m.scales[101] = 0xFF;
+  try {
+    mxfp4_matrix_exponent_range(m.view(), "layers.0.ffn.experts.4.w1");
+    FAIL() << "a NaN scale must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.0.ffn.experts.4.w1.scale"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("101"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ExpertConvert, ErrorsNameTheTensor) {

@@ -5,9 +5,13 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/registry.h"
 
 namespace nibble {
 namespace {
@@ -53,16 +57,53 @@ TEST(BenchCli, LinearJsonLines) {
     EXPECT_NEAR(j["gbps"].get<double>(), j["bytes"].get<double>() / (med * 1e-3) / 1e9, 1e-9 * j["gbps"].get<double>());
     EXPECT_NEAR(j["ratio"].get<double>(), j["gbps"].get<double>() / 10.0, 1e-12);
     EXPECT_TRUE(j.contains("isa") && j.contains("threads") && j.contains("iters"));
+    // Without --backend: what the planner picks for this op here.
+    OpShape shape;
+    shape.op = Op::linear;
+    shape.format = Format::nvfp4;
+    shape.rows = 48;
+    shape.cols = 64;
+    shape.batch = 3;
+    shape.bytes = j["bytes"].get<double>();
+    shape.flops = 2.0 * 48 * 64 * 3;
+    const Selection sel = select_kernel(kernel_registry(), shape, named_device("host", 1, 10.0));
+    ASSERT_NE(sel.chosen, nullptr);
+    EXPECT_EQ(j["backend"], sel.chosen->name);
+    EXPECT_EQ(sel.chosen->lossy, nullptr);
+  }
+}
+
+TEST(BenchCli, BackendByName) {
+  // The opt-in int8 kernels can be measured by name; --isa is a shorthand
+  // for the default kernel of an ISA.
+  if (!cpu_isa_unsupported(CpuIsa::avx2, host_cpu_features()).empty()) GTEST_SKIP() << "no AVX2";
+  for (const auto& [args, backend, isa] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--backend cpu_avx2_int8", "cpu_avx2_int8", "avx2"},
+           {"--isa avx2", "cpu_avx2", "avx2"},
+           {"--backend cpu_ref", "cpu_ref", "ref"}}) {
+    BenchRun r = run("linear --format mxfp4 --rows 16 --cols 64 --iters 2 --resident --bandwidth 10 --json " + args);
+    ASSERT_EQ(r.status, 0) << args << ": " << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["backend"], backend) << args;
+    EXPECT_EQ(j["isa"], isa) << args;
   }
 }
 
 TEST(BenchCli, BadFlagsAreErrors) {
   for (const char* args : {"linear --format int", "linear --batch 0", "linear --batch 1,x", "moe --preset dsv4-pro",
-                           "moe --routing magic", "linear --isa sse9", "linear --fp8-scale e5m2", "warp"}) {
+                           "moe --routing magic", "linear --isa sse9", "linear --fp8-scale e5m2", "warp",
+                           "linear --backend warp_drive", "linear --isa ref --backend cpu_ref",
+                           "moe --backend cpu_ref_int8"}) {
     BenchRun r = run(args);
     EXPECT_EQ(r.status, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find("error"), std::string::npos) << args << ": " << r.out;
   }
+  // --routing shared is a mode (the error is about the batch, checked after it).
+  BenchRun r = run("moe --routing shared --batch 0");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--batch"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--routing"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -1,15 +1,20 @@
 // Every SIMD linear kernel against the scalar reference (dequantize_row +
 // f64 accumulation) on random weights of awkward shapes, every format,
-// batches 1..17, with and without threads.
+// batches 1..17, with and without threads: the default (exact) kernels and
+// the opt-in int8 ones, each ISA called directly (AVX2 runs on AVX-512
+// machines too).
 //
 // Error budgets, derived from what each path rounds:
-// - f32-activation paths (FP8, BF16, F32 weights): products are exact (the
-//   weights widen to f32 exactly), only the f32 accumulation rounds, so the
-//   result is within 1e-5 relative L2 of the f64 reference.
-// - int8-activation paths (MXFP4, NVFP4): x is rounded to int8 per block of
-//   32 with step d_b = amax_b / 127, so each output is off by at most
-//   sum_j |w_j| * d_b(j) / 2 (checked per element), and on Gaussian data the
-//   error's RMS is sqrt(sum_j w_j^2 d_b(j)^2 / 12) (checked in L2, within 30%).
+// - f32-activation paths (every format in the default kernels; FP8, BF16,
+//   F32 in the int8 ones): products are exact (the weights widen to f32
+//   exactly, and an E2M1 or E4M3 value times an f32 is exact in an FMA),
+//   only the f32 accumulation rounds, so the result is within 1e-5 relative
+//   L2 of the f64 reference.
+// - int8-activation paths (MXFP4, NVFP4 in the int8 kernels): x is rounded
+//   to int8 per block of 32 with step d_b = amax_b / 127, so each output is
+//   off by at most sum_j |w_j| * d_b(j) / 2 (checked per element), and on
+//   Gaussian data the error's RMS is sqrt(sum_j w_j^2 d_b(j)^2 / 12)
+//   (checked in L2, within 30%).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,13 +38,34 @@ struct Case {
   Fp8ScaleType fp8 = Fp8ScaleType::ue8m0;
 };
 
-std::string describe(const Case& c, int64_t n, CpuIsa isa) {
+// One kernel variant: an ISA and what its FP4 path does with activations.
+struct Variant {
+  CpuIsa isa;
+  Fp4Acts acts;
+};
+
+std::string variant_name(const Variant& v) {
+  return std::string(cpu_isa_name(v.isa)) + (v.acts == Fp4Acts::int8 ? "_int8" : "");
+}
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << variant_name(v); }
+
+std::string describe(const Case& c, int64_t n, const Variant& v) {
   return std::string(format_name(c.format)) + (c.format == Format::fp8_block128 && c.fp8 == Fp8ScaleType::f32 ? "(f32 scales)" : "") +
          " [" + std::to_string(c.rows) + " x " + std::to_string(c.cols) + "] n=" + std::to_string(n) +
-         " isa=" + cpu_isa_name(isa);
+         " kernel=" + variant_name(v);
 }
 
 bool isa_available(CpuIsa isa) { return cpu_isa_unsupported(isa, host_cpu_features()).empty(); }
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
+}
 
 // Dequantized weights, row-major [rows, cols], f64.
 std::vector<double> dequantized(const WeightView& w) {
@@ -52,29 +78,41 @@ std::vector<double> dequantized(const WeightView& w) {
   return out;
 }
 
-void check_case(const Case& c, CpuIsa isa, int64_t n, ThreadPool* pool, uint64_t seed) {
-  SCOPED_TRACE(describe(c, n, isa));
+void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, uint64_t seed) {
+  SCOPED_TRACE(describe(c, n, v));
   OwnedWeights w = random_weights(c.format, c.rows, c.cols, seed, c.fp8);
   std::vector<float> x(size_t(n * c.cols));
   random_normal(x.data(), int64_t(x.size()), seed + 101);
   std::vector<float> y(size_t(n * c.rows), NAN), ref(size_t(n * c.rows));
-  linear_for_isa(isa)(w.view, x.data(), n, y.data(), pool);
+  linear_for_isa(v.isa, v.acts)(w.view, x.data(), n, y.data(), pool);
   linear_ref(w.view, x.data(), n, ref.data(), nullptr);
 
-  const x86::ActsClass cls = cpu::isa_kernels(isa).acts_class(cpu::raw_weights(w.view).kind);
+  const x86::ActsClass cls = cpu::isa_kernels(v.isa, v.acts).acts_class(cpu::raw_weights(w.view).kind);
+  // Only the opt-in kernels may round activations.
+  if (v.acts == Fp4Acts::f32) {
+    ASSERT_NE(cls, x86::ActsClass::int8_blocks);
+  }
+  std::vector<double> wd = dequantized(w.view);
   if (cls != x86::ActsClass::int8_blocks) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(y[i])) << "output " << i;
-      num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-      den += double(ref[i]) * ref[i];
-    }
-    EXPECT_LE(std::sqrt(num / den), 1e-5);
+    // In L2, and per element against the worst case of f32 accumulation:
+    // a 16-lane sum runs cols/16 steps (plus a few for tile sums, scales and
+    // the final reduction), each rounding by at most 2^-24 of the partial
+    // sums, which never exceed sum_j |w_j x_j|.
+    const double steps = double(c.cols) / 16 + 24;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < c.rows; ++r) {
+        const size_t i = size_t(t * c.rows + r);
+        ASSERT_TRUE(std::isfinite(y[i])) << "output " << i;
+        double mag = 0;
+        for (int64_t j = 0; j < c.cols; ++j) mag += std::fabs(wd[size_t(r * c.cols + j)] * x[size_t(t * c.cols + j)]);
+        ASSERT_LE(std::fabs(double(y[i]) - ref[i]), steps * 0x1p-24 * mag + 1e-30)
+            << "token " << t << " row " << r << ": " << y[i] << " vs " << ref[i];
+      }
+    EXPECT_LE(rel_l2(y, ref), 1e-5);
     return;
   }
 
   // The int8 budget, from the activation quantization steps.
-  std::vector<double> wd = dequantized(w.view);
   std::vector<double> step(size_t(n * c.cols));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t b = 0; b < c.cols; b += 32) {
@@ -108,11 +146,12 @@ void check_case(const Case& c, CpuIsa isa, int64_t n, ThreadPool* pool, uint64_t
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
-      // FP4: cols multiples of the block but not of 64 / 128 (every tail).
+      // FP4: cols multiples of the block but not of 64 / 128 (every tail),
+      // rows not multiples of the row blocks (2, 4), wide rows.
       {Format::mxfp4, 61, 32}, {Format::mxfp4, 7, 96}, {Format::mxfp4, 200, 160}, {Format::mxfp4, 33, 416},
-      {Format::mxfp4, 3, 4096},
+      {Format::mxfp4, 3, 4096}, {Format::mxfp4, 9, 8224}, {Format::mxfp4, 1, 128}, {Format::mxfp4, 6, 224},
       {Format::nvfp4, 61, 16}, {Format::nvfp4, 7, 48}, {Format::nvfp4, 200, 80}, {Format::nvfp4, 33, 144},
-      {Format::nvfp4, 17, 272}, {Format::nvfp4, 5, 2064},
+      {Format::nvfp4, 17, 272}, {Format::nvfp4, 5, 2064}, {Format::nvfp4, 10, 4112}, {Format::nvfp4, 2, 112},
       // FP8: rows across 128-row scale bands, cols not multiples of 16/128,
       // and a row wider than 64 tiles.
       {Format::fp8_block128, 1, 1}, {Format::fp8_block128, 7, 100}, {Format::fp8_block128, 257, 129},
@@ -125,17 +164,20 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-class LinearCpu : public ::testing::TestWithParam<CpuIsa> {};
+class LinearCpu : public ::testing::TestWithParam<Variant> {
+ protected:
+  LinearFn fn() const { return linear_for_isa(GetParam().isa, GetParam().acts); }
+};
 
 TEST_P(LinearCpu, MatchesReferenceSingleThread) {
-  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
   uint64_t seed = 1;
   for (const Case& c : cases())
-    for (int64_t n : {1, 2, 3, 5, 8, 9, 17}) check_case(c, GetParam(), n, nullptr, seed++);
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17}) check_case(c, GetParam(), n, nullptr, seed++);
 }
 
 TEST_P(LinearCpu, MatchesReferenceThreaded) {
-  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
   ThreadPool pool(3);  // more threads than cores: uneven, preempted parts
   uint64_t seed = 1000;
   for (const Case& c : cases())
@@ -143,32 +185,32 @@ TEST_P(LinearCpu, MatchesReferenceThreaded) {
 }
 
 TEST_P(LinearCpu, RejectsMalformedViews) {
-  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
   OwnedWeights w = random_weights(Format::mxfp4, 4, 64, 7);
   std::vector<float> x(64), y(4);
   WeightView bad = w.view;
   bad.cols = 48;  // not a multiple of 32
   bad.name = "layers.0.ffn.experts.3.w1";
   try {
-    linear_for_isa(GetParam())(bad, x.data(), 1, y.data(), nullptr);
+    fn()(bad, x.data(), 1, y.data(), nullptr);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layers.0.ffn.experts.3.w1"), std::string::npos) << e.what();
   }
   bad = w.view;
   bad.scales = nullptr;
-  EXPECT_THROW(linear_for_isa(GetParam())(bad, x.data(), 1, y.data(), nullptr), Error);
+  EXPECT_THROW(fn()(bad, x.data(), 1, y.data(), nullptr), Error);
   bad = w.view;
   bad.format = Format::int_index;
-  EXPECT_THROW(linear_for_isa(GetParam())(bad, x.data(), 1, y.data(), nullptr), Error);
+  EXPECT_THROW(fn()(bad, x.data(), 1, y.data(), nullptr), Error);
 }
 
 TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
   // x_j = k_j * 2^s with integer |k_j| <= 127 and each block's amax exactly
   // 127 * 2^s: the int8 quantization is lossless, so the FP4 paths must then
   // meet the f32 budget (this catches scale mistakes far below the int8
-  // rounding noise).
-  if (!isa_available(GetParam())) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam());
+  // rounding noise; the exact kernels meet it whatever x is).
+  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
   uint64_t seed = 500;
   for (const Case& c : cases()) {
     if (c.format != Format::mxfp4 && c.format != Format::nvfp4) continue;
@@ -187,20 +229,64 @@ TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
           x[base + k % 16] = (k % 2 ? -127.0f : 127.0f) * scale;
         }
       std::vector<float> y(size_t(n * c.rows)), ref(y.size());
-      linear_for_isa(GetParam())(w.view, x.data(), n, y.data(), nullptr);
+      fn()(w.view, x.data(), n, y.data(), nullptr);
       linear_ref(w.view, x.data(), n, ref.data(), nullptr);
-      double num = 0, den = 0;
-      for (size_t i = 0; i < y.size(); ++i) {
-        num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-        den += double(ref[i]) * ref[i];
-      }
-      EXPECT_LE(std::sqrt(num / den), 1e-5);
+      EXPECT_LE(rel_l2(y, ref), 1e-5);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, LinearCpu, ::testing::Values(CpuIsa::avx2, CpuIsa::avx512),
-                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
+TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
+  // linear_rows as the fused MoE calls it: tokens picked through
+  // token_index, results scaled by alpha and accumulated into rows picked by
+  // y_index (repeats accumulate in token order), on a row range that is not
+  // the whole matrix. Reference: linear_ref per token, combined here.
+  const Variant v = GetParam();
+  if (!isa_available(v.isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(v.isa);
+  const cpu::IsaKernels& k = cpu::isa_kernels(v.isa, v.acts);
+  for (Format f : {Format::mxfp4, Format::nvfp4, Format::fp8_block128, Format::bf16}) {
+    SCOPED_TRACE(std::string(format_name(f)) + " " + variant_name(v));
+    const int64_t rows = 37, cols = f == Format::nvfp4 ? 272 : 160, n = 9, ny = 4;
+    OwnedWeights w = random_weights(f, rows, cols, 77);
+    std::vector<float> x(size_t(n * cols));
+    random_normal(x.data(), int64_t(x.size()), 78);
+    // Tokens 8, 3, 3, 0, 5, 7 of x, into output rows 2, 0, 2, 3, 0, 1.
+    const std::vector<int32_t> tok = {8, 3, 3, 0, 5, 7}, yi = {2, 0, 2, 3, 0, 1};
+    const std::vector<float> alpha = {0.5f, -1.25f, 2.0f, 1.0f, 0.75f, -0.5f};
+    const x86::RawWeights raw = cpu::raw_weights(w.view);
+    const x86::ActsClass cls = k.acts_class(raw.kind);
+    cpu::ScratchBuffer buf;
+    x86::PreparedActs acts = cpu::prepare_acts(k, cls, x.data(), n, cols, buf, nullptr);
+    acts.token_index = tok.data();
+    acts.n = int64_t(tok.size());
+    std::vector<float> y(size_t(ny * rows), 0.25f), want = y;
+    const int64_t r0 = 5, r1 = 31;  // a row range, not the whole matrix
+    k.linear_rows(raw, r0, r1, acts, x86::RowsOut{y.data(), rows, alpha.data(), true, yi.data()});
+    // The same rounding as the kernel's (int8 blocks for FP4 in int8 mode).
+    std::vector<float> xr = x;
+    test::round_like_kernel(xr, cols, v.isa, v.acts, w.view);
+    std::vector<float> dot(static_cast<size_t>(rows));
+    for (size_t i = 0; i < tok.size(); ++i) {
+      linear_ref(w.view, xr.data() + tok[i] * cols, 1, dot.data(), nullptr);
+      for (int64_t r = r0; r < r1; ++r) want[size_t(yi[i] * rows + r)] += alpha[i] * dot[size_t(r)];
+    }
+    for (int64_t t = 0; t < ny; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t i = size_t(t * rows + r);
+        if (r < r0 || r >= r1) {
+          EXPECT_EQ(y[i], 0.25f) << "row " << r << " outside the range was written";
+        } else {
+          EXPECT_NEAR(y[i], want[i], 2e-5 * (1 + std::fabs(want[i]))) << "output " << t << " row " << r;
+        }
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernel, LinearCpu,
+                         ::testing::Values(Variant{CpuIsa::avx2, Fp4Acts::f32}, Variant{CpuIsa::avx512, Fp4Acts::f32},
+                                           Variant{CpuIsa::avx2, Fp4Acts::int8},
+                                           Variant{CpuIsa::avx512, Fp4Acts::int8}),
+                         [](const auto& info) { return variant_name(info.param); });
 
 TEST(LinearCpu, ZeroAndConstantBlocksStayExact) {
   // A block of zero activations has amax 0 (scale 0, no division by zero);
@@ -212,7 +298,7 @@ TEST(LinearCpu, ZeroAndConstantBlocksStayExact) {
       std::vector<float> x(96, 0.0f);
       for (int j = 32; j < 64; ++j) x[size_t(j)] = 0.75f;
       std::vector<float> y(9), ref(9);
-      linear_for_isa(isa)(w.view, x.data(), 1, y.data(), nullptr);
+      linear_for_isa(isa, Fp4Acts::int8)(w.view, x.data(), 1, y.data(), nullptr);
       linear_ref(w.view, x.data(), 1, ref.data(), nullptr);
       for (int r = 0; r < 9; ++r) EXPECT_NEAR(y[size_t(r)], ref[size_t(r)], 1e-6 * (1 + std::fabs(ref[size_t(r)])));
     }

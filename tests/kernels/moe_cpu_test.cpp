@@ -1,13 +1,13 @@
-// The fused SIMD MoE kernels against a reference built here from linear_ref
-// on random layers of every expert format, with a shared expert in another
-// format, batches 1..17 (tokens share experts: 16 experts, top-4), with and
-// without threads.
+// The fused SIMD MoE kernels (the default exact ones and the opt-in int8
+// ones) against a reference built here from linear_ref on random layers of
+// every expert format, with a shared expert in another format, batches
+// 1..17 (tokens share experts: 16 experts, top-4), with and without threads.
 //
-// Budget: where the kernels round activations (to int8 blocks before FP4
-// weights, to bf16 before FP8 weights on AVX-512 BF16), the reference rounds
-// them the same way (rounding.h, written from the definitions); what
-// remains is f32 accumulation, 1e-4 relative L2 (see moe_fixture_test.cpp
-// for why not 1e-5).
+// Budget: the default kernels round nothing but f32 sums: 1e-5 relative L2.
+// Where the int8 kernels round activations (to int8 blocks before FP4
+// weights), the reference rounds them the same way (rounding.h, written
+// from the definitions); what remains is f32 accumulation, 1e-4 relative L2
+// (see moe_fixture_test.cpp for why not 1e-5).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,7 +60,8 @@ Layer random_layer(Format expert_fmt, Format shared_fmt, int64_t D, int64_t I, i
 }
 
 // The layer with the kernels' activation rounding, from linear_ref.
-std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, int64_t n, CpuIsa isa) {
+std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, int64_t n, CpuIsa isa,
+                             Fp4Acts acts) {
   const int64_t D = w.hidden, I = w.inter, E = w.n_experts, K = w.top_k;
   std::vector<float> logits(size_t(n * E)), y(size_t(n * D), 0.0f);
   linear_ref(w.gate, x.data(), n, logits.data(), nullptr);
@@ -68,7 +69,7 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
   route_tokens(w, logits.data(), nullptr, n, &r);
   auto expert = [&](const ExpertWeights& ew, int64_t t, float wt) {
     std::vector<float> xt(x.begin() + t * D, x.begin() + (t + 1) * D);
-    test::round_like_kernel(xt, D, isa, ew.w1);
+    test::round_like_kernel(xt, D, isa, acts, ew.w1);
     std::vector<float> g(static_cast<size_t>(I)), u(static_cast<size_t>(I)), o(static_cast<size_t>(D));
     linear_ref(ew.w1, xt.data(), 1, g.data(), nullptr);
     linear_ref(ew.w3, xt.data(), 1, u.data(), nullptr);
@@ -77,7 +78,7 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
       const float ui = std::clamp(u[size_t(i)], -w.swiglu_limit, w.swiglu_limit);
       g[size_t(i)] = gi / (1.0f + std::exp(-gi)) * ui;
     }
-    test::round_like_kernel(g, I, isa, ew.w2);
+    test::round_like_kernel(g, I, isa, acts, ew.w2);
     linear_ref(ew.w2, g.data(), 1, o.data(), nullptr);
     for (int64_t d = 0; d < D; ++d) y[size_t(t * D + d)] += o[size_t(d)] * wt;
   };
@@ -89,10 +90,23 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
   return y;
 }
 
-class MoeCpu : public ::testing::TestWithParam<CpuIsa> {};
+struct Variant {
+  CpuIsa isa;
+  Fp4Acts acts;
+};
+
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << cpu_isa_name(v.isa) << (v.acts == Fp4Acts::int8 ? "_int8" : "");
+}
+
+class MoeCpu : public ::testing::TestWithParam<Variant> {
+ protected:
+  MoeFn fn() const { return moe_for_isa(GetParam().isa, GetParam().acts); }
+};
 
 TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
-  const CpuIsa isa = GetParam();
+  const CpuIsa isa = GetParam().isa;
+  const Fp4Acts acts = GetParam().acts;
   if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);
   struct Config {
     Format expert, shared;
@@ -114,11 +128,11 @@ TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
                    " n=" + std::to_string(n));
       std::vector<float> x(size_t(n * c.D));
       random_normal(x.data(), int64_t(x.size()), seed + 99 + uint64_t(n));
-      const std::vector<float> want = reference(l.w, x, n, isa);
-      const double budget = 1e-4;
+      const std::vector<float> want = reference(l.w, x, n, isa, acts);
+      const double budget = acts == Fp4Acts::int8 ? 1e-4 : 1e-5;
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> y(want.size(), NAN);
-        moe_for_isa(isa)(l.w, x.data(), nullptr, n, y.data(), p);
+        fn()(l.w, x.data(), nullptr, n, y.data(), p);
         EXPECT_LE(test::rel_l2(y, want), budget) << (p ? "threaded" : "single thread");
       }
     }
@@ -129,34 +143,40 @@ TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
 TEST_P(MoeCpu, OutputMayAliasInput) {
   // The residual stream is often updated in place: x is fully consumed
   // (prepared) before y is written.
-  const CpuIsa isa = GetParam();
+  const CpuIsa isa = GetParam().isa;
   if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);
   Layer l = random_layer(Format::mxfp4, Format::fp8_block128, 96, 64, 8, 2, 77);
   std::vector<float> x(size_t(3 * 96));
   random_normal(x.data(), int64_t(x.size()), 5);
   std::vector<float> y(x.size()), inplace = x;
   ThreadPool pool(2);
-  moe_for_isa(isa)(l.w, x.data(), nullptr, 3, y.data(), &pool);
-  moe_for_isa(isa)(l.w, inplace.data(), nullptr, 3, inplace.data(), &pool);
+  fn()(l.w, x.data(), nullptr, 3, y.data(), &pool);
+  fn()(l.w, inplace.data(), nullptr, 3, inplace.data(), &pool);
   EXPECT_EQ(inplace, y);
 }
 
 TEST_P(MoeCpu, RejectsBadLayers) {
-  const CpuIsa isa = GetParam();
+  const CpuIsa isa = GetParam().isa;
   if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);
   Layer l = random_layer(Format::mxfp4, Format::mxfp4, 64, 32, 4, 2, 7);
   std::vector<float> x(64), y(64);
   MoeWeights w = l.w;
   w.experts.pop_back();  // 3 experts for a layer of 4
-  EXPECT_THROW(moe_for_isa(isa)(w, x.data(), nullptr, 1, y.data(), nullptr), Error);
+  EXPECT_THROW(fn()(w, x.data(), nullptr, 1, y.data(), nullptr), Error);
   w = l.w;
   w.shared.w3.format = Format::bf16;  // w1 FP4, w3 not: they share x
   w.shared.w3.name = "shared.w3";
-  EXPECT_THROW(moe_for_isa(isa)(w, x.data(), nullptr, 1, y.data(), nullptr), Error);
+  EXPECT_THROW(fn()(w, x.data(), nullptr, 1, y.data(), nullptr), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, MoeCpu, ::testing::Values(CpuIsa::avx2, CpuIsa::avx512),
-                         [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Kernel, MoeCpu,
+                         ::testing::Values(Variant{CpuIsa::avx2, Fp4Acts::f32}, Variant{CpuIsa::avx512, Fp4Acts::f32},
+                                           Variant{CpuIsa::avx2, Fp4Acts::int8},
+                                           Variant{CpuIsa::avx512, Fp4Acts::int8}),
+                         [](const auto& info) {
+                           return std::string(cpu_isa_name(info.param.isa)) +
+                                  (info.param.acts == Fp4Acts::int8 ? "_int8" : "");
+                         });
 
 }  // namespace
 }  // namespace nibble

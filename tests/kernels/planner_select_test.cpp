@@ -1,7 +1,12 @@
 // The planner's pure choice function on a synthetic registry: the cheapest
-// runnable kernel wins, every other candidate is listed with its reason, and a
-// forced backend that cannot run is an error, never a silent fallback.
+// runnable kernel wins (lossy kernels only when forced), every other
+// candidate is listed with its reason, and a forced backend that cannot run
+// is an error, never a silent fallback. Then the real registry's promise: the
+// automatic choice never rounds activations.
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
 
 #include "kernels/registry.h"
 #include "util/error.h"
@@ -112,6 +117,104 @@ TEST(Registry, EveryFormatHasAReferenceKernel) {
       ASSERT_NE(sel.chosen, nullptr);
       EXPECT_TRUE(op == Op::linear ? sel.chosen->linear != nullptr : sel.chosen->moe != nullptr);
     }
+}
+
+}  // namespace
+}  // namespace nibble
+
+namespace nibble {
+namespace {
+
+// Opt-in (lossy) kernels: never the automatic choice, however cheap; the
+// rejection names what they round and the flag that runs them; forcing one
+// still works and says it is lossy.
+const std::vector<KernelDesc>& lossy_registry() {
+  static const std::vector<KernelDesc> registry = {
+      {"exact", Op::moe, {Format::mxfp4, Format::bf16}, needs_cpu, 0, 0.5, 0.5, "simd"},
+      {"fast_int8", Op::moe, {Format::mxfp4, Format::bf16}, needs_cpu, 0, 0.9, 0.9, "simd int8", nullptr, nullptr,
+       "quantizes activations to int8", {Format::mxfp4}},
+  };
+  return registry;
+}
+
+TEST(Select, LossyKernelsAreOptIn) {
+  Device dev = named_device("cpu-avx512");
+  OpShape s = shape(Format::mxfp4);
+  s.op = Op::moe;
+  Selection a = select_kernel(lossy_registry(), s, dev, "auto", "--moe-backend");
+  ASSERT_NE(a.chosen, nullptr);
+  EXPECT_STREQ(a.chosen->name, "exact");
+  ASSERT_NE(find(a, "fast_int8"), nullptr);
+  EXPECT_EQ(find(a, "fast_int8")->reason,
+            "quantizes activations to int8 (lossy); opt in with --moe-backend fast_int8");
+  // For a format it does not round, it is still opt-in only, and says so.
+  s.format = Format::bf16;
+  Selection b = select_kernel(lossy_registry(), s, dev, "auto", "--moe-backend");
+  EXPECT_STREQ(b.chosen->name, "exact");
+  EXPECT_NE(find(b, "fast_int8")->reason.find("opt-in only"), std::string::npos) << find(b, "fast_int8")->reason;
+  EXPECT_NE(find(b, "fast_int8")->reason.find("exact for bf16"), std::string::npos);
+  // Forced: it runs, and the reason says what it rounds.
+  s.format = Format::mxfp4;
+  Selection f = select_kernel(lossy_registry(), s, dev, "fast_int8", "--moe-backend");
+  EXPECT_STREQ(f.chosen->name, "fast_int8");
+  EXPECT_NE(f.why.find("lossy: quantizes activations to int8"), std::string::npos) << f.why;
+  EXPECT_TRUE(kernel_is_lossy(*f.chosen, Format::mxfp4));
+  EXPECT_FALSE(kernel_is_lossy(*f.chosen, Format::bf16));
+}
+
+TEST(Registry, PlannerNeverPicksALossyKernel) {
+  // Every op, format, batch and CPU device: the automatic choice is exact,
+  // and on AVX-512 / AVX2 devices the int8 FP4 kernels are listed as opt-in.
+  for (const char* dev_name : {"cpu-avx512", "cpu-avx2"}) {
+    Device dev = named_device(dev_name);
+    const std::string int8 = std::string(dev_name) == "cpu-avx512" ? "cpu_avx512_int8" : "cpu_avx2_int8";
+    for (Op op : {Op::linear, Op::moe})
+      for (Format f : {Format::mxfp4, Format::nvfp4, Format::fp8_block128, Format::bf16, Format::f32})
+        for (int64_t batch : {1, 4, 64, 4096}) {
+          OpShape s = shape(f, batch);
+          s.op = op;
+          const std::string flag = op == Op::moe ? "--moe-backend" : "--linear-backend";
+          Selection sel = select_kernel(kernel_registry(), s, dev, "auto", flag);
+          ASSERT_NE(sel.chosen, nullptr);
+          EXPECT_EQ(sel.chosen->lossy, nullptr) << sel.chosen->name << " for " << format_name(f);
+          const Rejection* r = find(sel, int8);
+          ASSERT_NE(r, nullptr) << int8;
+          if (f == Format::mxfp4 || f == Format::nvfp4) {
+            EXPECT_EQ(r->reason, "quantizes activations to int8 (lossy); opt in with " + flag + " " + int8);
+          }
+          // Forcing it works.
+          Selection forced = select_kernel(kernel_registry(), s, dev, int8, flag);
+          EXPECT_STREQ(forced.chosen->name, int8.c_str());
+        }
+  }
+}
+
+// `nibble explain` shows the same: the int8 kernels rejected with the opt-in
+// hint, and a forced one chosen.
+std::string run_explain(const std::string& args) {
+  std::string out;
+  FILE* p = popen((std::string(NIBBLE_BINARY) + " explain " + std::string(NIBBLE_SOURCE_DIR) +
+                   "/tests/fixtures/dsv4/flash_tiny_stock --device cpu-avx512 --bandwidth 10 " + args + " 2>&1")
+                      .c_str(),
+                  "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  pclose(p);
+  return out;
+}
+
+TEST(Explain, ListsInt8KernelsAsOptIn) {
+  const std::string out = run_explain("");
+  EXPECT_NE(out.find("routed_experts             mxfp4"), std::string::npos) << out;
+  EXPECT_NE(out.find("not cpu_avx512_int8: quantizes activations to int8 (lossy); opt in with --moe-backend "
+                     "cpu_avx512_int8"),
+            std::string::npos)
+      << out;
+  const std::string forced = run_explain("--moe-backend cpu_avx512_int8");
+  EXPECT_NE(forced.find("cpu_avx512_int8 (moe)"), std::string::npos) << forced;
+  EXPECT_NE(forced.find("lossy: quantizes activations to int8"), std::string::npos) << forced;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // What the SIMD kernels do to activations before a product, rewritten from
 // the definitions (not from the kernels) so tests can build references that
-// round the same way: int8 blocks of 32 before FP4 weights.
+// round the same way: int8 blocks of 32 before FP4 weights in the opt-in
+// int8 kernels; nothing in the default (exact) ones.
 #pragma once
 
 #include <algorithm>
@@ -26,13 +27,16 @@ inline void round_int8_blocks(std::vector<float>& v, int64_t cols) {
     }
 }
 
-// Rounds x [.., cols] the way `isa` prepares activations for weights of `w`.
-inline void round_like_kernel(std::vector<float>& x, int64_t cols, CpuIsa isa, const WeightView& w) {
-  const cpu::IsaKernels& k = cpu::isa_kernels(isa);
+// Rounds x [.., cols] the way `isa` in mode `acts` prepares activations for
+// weights of `w`.
+inline void round_like_kernel(std::vector<float>& x, int64_t cols, CpuIsa isa, Fp4Acts acts,
+                              const WeightView& w) {
+  const cpu::IsaKernels& k = cpu::isa_kernels(isa, acts);
   switch (k.acts_class(cpu::raw_weights(w).kind)) {
     case x86::ActsClass::int8_blocks: round_int8_blocks(x, cols); break;
     case x86::ActsClass::f32_even_odd:
-    case x86::ActsClass::f32_plain: break;
+    case x86::ActsClass::f32_plain:
+    case x86::ActsClass::f32_fp4: break;
   }
 }
 

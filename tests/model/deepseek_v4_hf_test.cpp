@@ -72,41 +72,62 @@ TEST(DeepseekV4HfChunked, LongPromptInSmallChunks) {
 namespace nibble {
 namespace {
 
-// With the kernels the planner picks for this machine (the SIMD kernels:
-// FP4 experts run against int8-quantized activations), the model must still
-// track the oracle. This catches layout and binding mistakes, which are O(1)
-// at every position; it is not the accuracy criterion. On these tiny random
-// models router margins are ~1e-4 relative, so int8 rounding flips expert
-// choices at some positions of long sequences (max error there reaches
-// ~0.4 and argmax agreement 88-96%, printed below): the typical position is
-// bounded instead, and the short sequence as a whole.
+// With the kernels the planner picks for this machine (the SIMD kernels
+// where the CPU has them), the model must meet the accuracy criterion of
+// issue 4 on every fixture: the same argmax as the oracle at >= 99% of the
+// positions whose oracle top-2 gap exceeds kRelTol * max|logit| (where the
+// argmax is decided at all; test::compare_logits). The default kernels round
+// nothing but f32 sums (FP4 experts run against f32 activations), so they
+// also stay within the reference kernels' tolerance at every position. (The
+// opt-in int8 FP4 kernels do not: on these tiny random models router margins
+// are ~1e-4 relative, int8 rounding flips expert choices, and agreement falls
+// to 89-96% on the long sequences.)
 TEST(DeepseekV4HfPlanner, AutoKernelsTrackTheOracle) {
   for (const std::string name : {"flash_tiny_stock", "flash_tiny_nvfp4", "hf_tiny_fp8experts"}) {
     auto model = load_model(test::fixture_dir(name), test::test_load_options("auto"));
     test::Expected exp = test::load_expected(name);
+    int64_t decided = 0, agree = 0;
     for (const auto& seq : exp.sequences) {
       const int64_t n = int64_t(seq.tokens.size());
       std::vector<float> logits(size_t(n * exp.vocab));
       auto st = model->new_state();
       model->forward(*st, seq.tokens, logits.data(), true);
       std::vector<double> errs;
-      int64_t agree = 0;
+      int64_t seq_decided = 0, seq_agree = 0;
       for (int64_t t = 0; t < n; ++t) {
-        test::Comparison c = test::compare_logits(logits.data() + t * exp.vocab,
-                                                  seq.logits.data() + t * exp.vocab, 1, exp.vocab, 1e-4);
+        const float* ref = seq.logits.data() + t * exp.vocab;
+        test::Comparison c = test::compare_logits(logits.data() + t * exp.vocab, ref, 1, exp.vocab, kRelTol);
         errs.push_back(c.max_err);
-        agree += c.argmax_mismatches == 0;
+        // Decided: the oracle's top-2 gap exceeds the tolerance (compare_logits
+        // counts a mismatch only there).
+        double scale = 0;
+        float top1 = -1e30f, top2 = -1e30f;
+        for (int64_t v = 0; v < exp.vocab; ++v) {
+          scale = std::max(scale, double(std::fabs(ref[v])));
+          if (ref[v] > top1) {
+            top2 = top1;
+            top1 = ref[v];
+          } else if (ref[v] > top2) {
+            top2 = ref[v];
+          }
+        }
+        if (double(top1 - top2) > kRelTol * scale) {
+          ++seq_decided;
+          seq_agree += c.argmax_mismatches == 0;
+        }
       }
       std::vector<double> sorted = errs;
       std::sort(sorted.begin(), sorted.end());
       const double median = sorted[sorted.size() / 2], worst = sorted.back();
-      std::printf("[ %s ] planner kernels, %lld tokens: median rel err %.3g, max %.3g, argmax agreement %.3f\n",
-                  name.c_str(), (long long)n, median, worst, double(agree) / double(n));
-      EXPECT_LE(median, 0.03) << name;
-      if (n <= 16) {
-        EXPECT_LE(worst, 0.05) << name;
-      }
+      std::printf("[ %s ] planner kernels, %lld tokens: median rel err %.3g, max %.3g, argmax agreement %lld / %lld "
+                  "decided positions\n",
+                  name.c_str(), (long long)n, median, worst, (long long)seq_agree, (long long)seq_decided);
+      EXPECT_LE(worst, kRelTol) << name;
+      decided += seq_decided;
+      agree += seq_agree;
     }
+    ASSERT_GT(decided, 0) << name;
+    EXPECT_GE(double(agree) / double(decided), 0.99) << name << ": " << agree << " of " << decided;
   }
 }
 

@@ -4,9 +4,10 @@
 // template they instantiate could be emitted with those instructions and be
 // picked by the linker for a baseline caller (SIGILL on an older CPU). So
 // this header is plain data and plain function declarations only, the ISA
-// files include nothing but it, <immintrin.h> and <cstdint>, and everything
-// that allocates, throws or threads lives in the baseline callers
-// (linear_cpu.cpp, moe_cpu.cpp).
+// files include nothing but it, <immintrin.h>, <cstdint> and their ISA's
+// private helper header (simd_avx2.h / simd_avx512.h, included by files of
+// that ISA only), and everything that allocates, throws or threads lives in
+// the baseline callers (linear_cpu.cpp, moe_cpu.cpp).
 #pragma once
 
 #include <cstddef>
@@ -28,15 +29,20 @@ struct RawWeights {
   float global_scale;     // nvfp4 s_g; 1 otherwise
 };
 
-// How activations are laid out for a weight kind (chosen per ISA and CPU by
-// the baseline code; the layouts themselves are private to each ISA file):
-//   int8_blocks   FP4 weights: int8 blocks of 32 with their scales, even/odd
-//                 elements apart to match the packed nibbles (lossy: x is
-//                 rounded to int8, step amax/127 per block)
+// How activations are laid out for a weight kind (chosen per ISA and backend
+// by the baseline code; the layouts themselves are private to each ISA):
+//   f32_fp4       FP4 weights, exact (the default): f32, permuted within
+//                 groups of columns to match the lanes the packed nibbles
+//                 decode to (fp4_f32_avx2.cpp / fp4_f32_avx512.cpp)
+//   int8_blocks   FP4 weights, lossy (opt-in `*_int8` backends): int8 blocks
+//                 of 32 with their scales, even/odd elements apart to match
+//                 the packed nibbles (x is rounded to int8, step amax/127 per
+//                 block)
 //   f32_even_odd  BF16 weights: f32, even/odd halves of each chunk
 //   f32_plain     FP8 and F32 weights: f32
-enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain };
-constexpr int kActsClasses = 3;
+// Every layout but int8_blocks keeps x exactly.
+enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, f32_fp4 };
+constexpr int kActsClasses = 4;
 
 // Activations prepared by prepare_acts_*, `stride` bytes per token.
 struct PreparedActs {
@@ -67,9 +73,17 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols);
 // cols must be a multiple of 16.
 void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
 // Rows [r0, r1) of W against all a.n tokens. Weight tiles are reused across
-// tokens in groups of 8, so prefill reads each weight once per row tile.
+// tokens in groups of 4, so prefill reads each weight once per row tile.
+// FP4 weights run the path a.cls names (f32_fp4 or int8_blocks).
 void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
                         const RowsOut& out);
+// The exact FP4 path (fp4_f32_avx512.cpp), called by the two above: one
+// token's f32_fp4 layout (stride acts_stride_avx512(f32_fp4, cols)), and FP4
+// rows [r0, r1) x tokens [t0, t0 + n_tok) (1 <= n_tok <= 4) for the token
+// rows acts[0 .. n_tok).
+void fp4_f32_prepare_avx512(const float* x, int64_t cols, float* out);
+void fp4_f32_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
+                         int n_tok, int64_t t0, const RowsOut& out);
 // h[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (no clamp when
 // limit <= 0), in place over g; n elements.
 void swiglu_avx512(float* g, const float* u, int64_t n, float limit);
@@ -79,6 +93,9 @@ int64_t acts_stride_avx2(ActsClass c, int64_t cols);
 void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
 void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
                       const RowsOut& out);
+void fp4_f32_prepare_avx2(const float* x, int64_t cols, float* out);
+void fp4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
+                       int n_tok, int64_t t0, const RowsOut& out);
 void swiglu_avx2(float* g, const float* u, int64_t n, float limit);
 
 }  // namespace nibble::x86

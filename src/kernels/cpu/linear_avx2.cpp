@@ -1,16 +1,19 @@
 // AVX2 linear kernels (+FMA, F16C): Y[n, rows] = X · W^T for MXFP4, NVFP4,
 // FP8 block-128, BF16 and F32 weights in their stored format. The same
-// schemes as linear_avx512.cpp (read that first) at half the width: FP4 via
-// a vpshufb table and vpmaddubsw/vpmaddwd against int8 activations, FP8 via
-// exact E4M3 -> f16 bit moves and vcvtph2ps, BF16 by shifts.
+// schemes as linear_avx512.cpp (read that first) at half the width: the
+// opt-in lossy FP4 path via a vpshufb table and vpmaddubsw/vpmaddwd against
+// int8 activations, FP8 via exact E4M3 -> f16 bit moves and vcvtph2ps, BF16
+// by shifts. The default, exact FP4 path is fp4_f32_avx2.cpp.
 //
-// Only <immintrin.h>, <cstdint> and kernels_x86.h here, no STL, everything
-// but the entry points in an anonymous namespace (see kernels_x86.h).
+// Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx2.h here, no
+// STL, everything but the entry points in an anonymous namespace (see
+// kernels_x86.h).
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "kernels/cpu/kernels_x86.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace nibble::x86 {
 
@@ -23,47 +26,17 @@ namespace {
 //   [64.. 95] corr[8]: dword 4b+j = -12 * sum q[b][8j .. 8j+7]    (int32)
 //   [96..127] xs[8]:   dword 4b+j = scale of block b               (f32)
 // f32_plain: x zero-padded to a multiple of 128. f32_even_odd: per 16
-// elements, 8 evens then 8 odds.
-constexpr int64_t kPad = 128;  // every layout pads cols to this
+// elements, 8 evens then 8 odds. f32_fp4: see fp4_f32_avx2.cpp (the size of
+// f32_plain).
 constexpr int64_t kGroup = 64;
 constexpr int64_t kGroupBytes = 128;
-constexpr int64_t kPrefetch = 1024;  // bytes ahead of the weight stream (see linear_avx512.cpp)
 constexpr int64_t kTokens = 4;       // tokens per pass over a row tile
-
-inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-// An f32 scale from a tensor that need not be 4-byte aligned.
-inline float load_f32(const uint8_t* p) {
-  float f;
-  __builtin_memcpy(&f, p, 4);
-  return f;
-}
-
-inline float bits_to_float(uint32_t u) {
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float hmax(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-// Copies n <= 64 bytes into a zeroed 64-byte buffer (AVX2 has no masked
-// byte loads; tails must not read past the row).
-inline void copy_tail(const uint8_t* src, int64_t n, uint8_t* buf) {
-  for (int i = 0; i < 64; ++i) buf[i] = 0;
-  for (int64_t i = 0; i < n; ++i) buf[i] = src[i];
 }
 
 void quantize_int8_token(const float* x, int64_t cols, uint8_t* out) {
@@ -131,15 +104,7 @@ void split_even_odd_token(const float* x, int64_t cols, float* out) {
 
 // ---- FP4 ----------------------------------------------------------------------
 
-// MXFP4 scales of one group (2 UE8M0 bytes in the low bytes of s) as 8 dwords.
-// The 2 bytes broadcast to every word, then one in-lane byte shuffle puts
-// byte b, zero-extended, into the dwords of lane b.
-inline __m256 mx_scales(__m128i s) {
-  const __m256i pick = _mm256_setr_epi32(0x80808000, 0x80808000, 0x80808000, 0x80808000, 0x80808001, 0x80808001,
-                                         0x80808001, 0x80808001);
-  const __m256i e = _mm256_shuffle_epi8(_mm256_broadcastw_epi16(s), pick);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
-}
+// MXFP4 scales: mx_scales (simd_avx2.h).
 
 // NVFP4 scales of one group (4 E4M3 bytes) as 8 dwords, times 2^-8: each
 // byte doubled, sign-extended to 16 bits, (v << 7) & 0xBF80 is the f16 of
@@ -342,16 +307,6 @@ int64_t row_bytes(const RawWeights& w) {
   return w.cols;
 }
 
-template <int T>
-inline void store_row(const RowsOut& out, int64_t r, int64_t t0, const float* dots, float scale) {
-  for (int t = 0; t < T; ++t) {
-    const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
-    float* y = out.y + yi * out.ldy + r;
-    const float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
-    *y = out.accumulate ? *y + v : v;
-  }
-}
-
 // FP8 rows [r0, r1) x tokens [t0, t0 + T): 2 rows at a time within a
 // 128-row band, 64 tiles (8192 columns) of scales at a time.
 template <int T>
@@ -390,9 +345,13 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
 
 template <int T>
 void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
-                 int64_t t0, const RowsOut& out) {
+                 int64_t t0, ActsClass cls, const RowsOut& out) {
   if (w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32) {
     fp8_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
+  if ((w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4) && cls == ActsClass::f32_fp4) {
+    fp4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
     return;
   }
   float dots[T] = {};
@@ -427,7 +386,7 @@ void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedA
   const uint8_t* acts[T];
   for (int t = 0; t < T; ++t)
     acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
-  rows_tokens<T>(w, r0, r1, acts, t0, out);
+  rows_tokens<T>(w, r0, r1, acts, t0, a.cls, out);
 }
 
 // e^x for x in [-87, 88]: 2^n by building the exponent field, 2^f by Taylor.
@@ -464,6 +423,7 @@ void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uin
       case ActsClass::int8_blocks: quantize_int8_token(x + t * cols, cols, o); break;
       case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::f32_fp4: fp4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
     }
   }
 }

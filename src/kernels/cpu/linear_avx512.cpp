@@ -1,10 +1,14 @@
 // AVX-512 linear kernels (F, BW, VL, DQ, VBMI, VNNI): Y[n, rows] = X · W^T
 // for MXFP4, NVFP4, FP8 block-128, BF16 and F32 weights read in their stored
 // format. Decode streams each weight once per call, so the aim is to turn
-// bytes into dot products faster than DRAM delivers them.
+// bytes into dot products faster than DRAM delivers them. This file holds
+// the driver, the activation layouts, the FP8 / BF16 / F32 paths and the
+// lossy int8 FP4 path (opt-in); the exact FP4 path, the default, is
+// fp4_f32_avx512.cpp.
 //
-// Only <immintrin.h>, <cstdint> and kernels_x86.h here, no STL, everything
-// but the entry points in an anonymous namespace (see kernels_x86.h).
+// Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx512.h here, no
+// STL, everything but the entry points in an anonymous namespace (see
+// kernels_x86.h).
 // GCC 12's _mm512_reduce_add_ps and friends build on _mm256_undefined_pd(),
 // whose self-initialisation trips -Wuninitialized (a known false positive).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -15,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/kernels_x86.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace nibble::x86 {
 
@@ -45,29 +50,11 @@ namespace {
 // f32_plain (FP8, F32 weights): x as f32, zero-padded to a multiple of 128.
 // f32_even_odd (BF16 weights): per 32 elements, 16 evens then 16 odds, since
 // a BF16 pair in a dword widens to f32 as (dword << 16, dword & 0xFFFF0000).
+// f32_fp4 (FP4 weights, exact): see fp4_f32_avx512.cpp; same size as f32_plain.
 
 constexpr int64_t kGroup = 128;  // elements per int8 group
 constexpr int64_t kTokens = 4;   // tokens per pass over a row tile
-#ifndef NIBBLE_PREFETCH
-#define NIBBLE_PREFETCH 1024
-#endif
-constexpr int64_t kPrefetch = NIBBLE_PREFETCH;  // bytes ahead of the weight stream
 constexpr int64_t kGroupBytes = 256;
-
-inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-// An f32 scale from a tensor that need not be 4-byte aligned.
-inline float load_f32(const uint8_t* p) {
-  float f;
-  __builtin_memcpy(&f, p, 4);
-  return f;
-}
-
-inline float bits_to_float(uint32_t u) {
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
 
 // One token's int8 groups from x[cols] (cols a multiple of 16).
 void quantize_int8_token(const float* x, int64_t cols, uint8_t* out) {
@@ -150,38 +137,8 @@ inline __m512i fp4_lut() {
   return _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
 }
 
-// MXFP4 block scales of one group (4 UE8M0 bytes) as 16 dwords (4 per block):
-// 2^(e-127) is the float with exponent field e. e = 0 (2^-127) becomes 0 and
-// e = 255 (NaN) becomes infinity; both are far outside real weights' range.
-// The 4 bytes arrive broadcast to every dword (a load-port broadcast); one
-// in-lane byte shuffle puts byte b, zero-extended, into the dwords of lane b.
-inline __m512 mx_scales(int32_t s4) {
-  const __m512i pick = _mm512_setr_epi32(0x80808000, 0x80808000, 0x80808000, 0x80808000, 0x80808001, 0x80808001,
-                                         0x80808001, 0x80808001, 0x80808002, 0x80808002, 0x80808002, 0x80808002,
-                                         0x80808003, 0x80808003, 0x80808003, 0x80808003);
-  const __m512i e = _mm512_shuffle_epi8(_mm512_set1_epi32(s4), pick);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-}
-
-// E4M3 codes in the high byte of 16-bit lanes -> the f16 with the same bits
-// shifted: sign stays at bit 15, |code| lands at bits 13..7. That f16 equals
-// the E4M3 value times 2^-8 exactly, subnormals included (both formats'
-// subnormals line up), so vcvtph2ps then gives exact f32s; callers fold the
-// 2^8 into a scale. (The E4M3 NaN codes 0x7F/0xFF become 1.875 * 2^8; the
-// checkpoint validator rejects NaN weights.)
-inline __m256i e4m3_hi_to_f16(__m256i hi_bytes) {
-  return _mm256_and_si256(_mm256_srai_epi16(hi_bytes, 1), _mm256_set1_epi16(int16_t(0xBF80)));
-}
-
-// NVFP4 block scales of one group (8 E4M3 bytes) as 16 dwords (2 per block),
-// times 2^-8 (see above).
-inline __m512 nv_scales(__m128i s8) {
-  // word i takes byte i/2 in its high half.
-  const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 1, 0, 1, 0, 2, 0, 2, 0, 3, 0, 3, 0, 4, 0, 4, 0,
-                                       5, 0, 5, 0, 6, 0, 6, 0, 7, 0, 7);
-  __m256i w = _mm256_maskz_permutexvar_epi8(0xAAAAAAAAu, idx, _mm256_castsi128_si256(s8));
-  return _mm512_cvtph_ps(e4m3_hi_to_f16(w));
-}
+// Block scales: mx_scales / nv_scales (simd_avx512.h) give dword 4b+j the
+// scale of MXFP4 block b, dword 2b+j that of NVFP4 block b: the dwords above.
 
 template <int T, bool kNv>
 inline void fp4_step(__m512i v, __m512 ws, const uint8_t* const* acts, int64_t g,
@@ -386,17 +343,6 @@ int64_t row_bytes(const RawWeights& w) {
   return w.cols;
 }
 
-// out[t][r] for T tokens from their dot products (times `scale`).
-template <int T>
-inline void store_row(const RowsOut& out, int64_t r, int64_t t0, const float* dots, float scale) {
-  for (int t = 0; t < T; ++t) {
-    const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
-    float* y = out.y + yi * out.ldy + r;
-    const float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
-    *y = out.accumulate ? *y + v : v;
-  }
-}
-
 // FP8 rows [r0, r1) x tokens [t0, t0 + T): 4 rows at a time within a
 // 128-row band, 64 tiles (8192 columns) of scales at a time.
 template <int T>
@@ -436,9 +382,13 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
 // Rows [r0, r1) x tokens [t0, t0 + T) into out.
 template <int T>
 void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
-                 const RowsOut& out) {
+                 ActsClass cls, const RowsOut& out) {
   if (w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32) {
     fp8_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
+  if ((w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4) && cls == ActsClass::f32_fp4) {
+    fp4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
     return;
   }
   float dots[T] = {};
@@ -473,7 +423,7 @@ void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedA
   const uint8_t* acts[T];
   for (int t = 0; t < T; ++t)
     acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
-  rows_tokens<T>(w, r0, r1, acts, t0, out);
+  rows_tokens<T>(w, r0, r1, acts, t0, a.cls, out);
 }
 
 }  // namespace
@@ -487,7 +437,8 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols) {
   switch (c) {
     case ActsClass::int8_blocks: return padded / kGroup * kGroupBytes;
     case ActsClass::f32_even_odd:
-    case ActsClass::f32_plain: break;
+    case ActsClass::f32_plain:
+    case ActsClass::f32_fp4: break;
   }
   return padded * 4;
 }
@@ -500,6 +451,7 @@ void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, u
       case ActsClass::int8_blocks: quantize_int8_token(x + t * cols, cols, o); break;
       case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::f32_fp4: fp4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
     }
   }
 }

@@ -18,10 +18,12 @@ namespace {
 using x86::ActsClass;
 using x86::WeightKind;
 
-ActsClass acts_class_avx2(WeightKind kind) {
+// The same classes on both ISAs (each lays them out its own way).
+template <Fp4Acts kFp4>
+ActsClass acts_class(WeightKind kind) {
   switch (kind) {
     case WeightKind::mxfp4:
-    case WeightKind::nvfp4: return ActsClass::int8_blocks;
+    case WeightKind::nvfp4: return kFp4 == Fp4Acts::int8 ? ActsClass::int8_blocks : ActsClass::f32_fp4;
     case WeightKind::bf16: return ActsClass::f32_even_odd;
     case WeightKind::fp8_ue8m0:
     case WeightKind::fp8_f32:
@@ -30,20 +32,28 @@ ActsClass acts_class_avx2(WeightKind kind) {
   return ActsClass::f32_plain;
 }
 
-ActsClass acts_class_avx512(WeightKind kind) { return acts_class_avx2(kind); }
-
-const IsaKernels kAvx2 = {CpuIsa::avx2, acts_class_avx2, x86::acts_stride_avx2, x86::prepare_acts_avx2,
-                          x86::linear_rows_avx2, x86::swiglu_avx2};
-const IsaKernels kAvx512 = {CpuIsa::avx512, acts_class_avx512, x86::acts_stride_avx512,
-                            x86::prepare_acts_avx512, x86::linear_rows_avx512, x86::swiglu_avx512};
+const IsaKernels kAvx2 = {CpuIsa::avx2,           Fp4Acts::f32,          acts_class<Fp4Acts::f32>,
+                          x86::acts_stride_avx2,  x86::prepare_acts_avx2, x86::linear_rows_avx2,
+                          x86::swiglu_avx2};
+const IsaKernels kAvx2Int8 = {CpuIsa::avx2,          Fp4Acts::int8,          acts_class<Fp4Acts::int8>,
+                              x86::acts_stride_avx2, x86::prepare_acts_avx2, x86::linear_rows_avx2,
+                              x86::swiglu_avx2};
+const IsaKernels kAvx512 = {CpuIsa::avx512,          Fp4Acts::f32,             acts_class<Fp4Acts::f32>,
+                            x86::acts_stride_avx512, x86::prepare_acts_avx512, x86::linear_rows_avx512,
+                            x86::swiglu_avx512};
+const IsaKernels kAvx512Int8 = {CpuIsa::avx512,          Fp4Acts::int8,            acts_class<Fp4Acts::int8>,
+                                x86::acts_stride_avx512, x86::prepare_acts_avx512, x86::linear_rows_avx512,
+                                x86::swiglu_avx512};
 
 }  // namespace
 
-const IsaKernels& isa_kernels(CpuIsa isa) {
+const IsaKernels& isa_kernels(CpuIsa isa, Fp4Acts acts) {
   if (isa == CpuIsa::ref) fail("the scalar reference has no SIMD kernels");
   if (std::string why = cpu_isa_unsupported(isa, host_cpu_features()); !why.empty())
     fail("cannot run ", cpu_isa_name(isa), " kernels on this CPU: ", why);
-  return isa == CpuIsa::avx2 ? kAvx2 : kAvx512;
+  const bool int8 = acts == Fp4Acts::int8;
+  if (isa == CpuIsa::avx2) return int8 ? kAvx2Int8 : kAvx2;
+  return int8 ? kAvx512Int8 : kAvx512;
 }
 
 x86::RawWeights raw_weights(const WeightView& w) {
@@ -126,9 +136,9 @@ x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const floa
 
 namespace {
 
-void linear_simd(CpuIsa isa, const WeightView& w, const float* x, int64_t n, float* y,
+void linear_simd(CpuIsa isa, Fp4Acts acts, const WeightView& w, const float* x, int64_t n, float* y,
                  ThreadPool* pool) {
-  const cpu::IsaKernels& k = cpu::isa_kernels(isa);
+  const cpu::IsaKernels& k = cpu::isa_kernels(isa, acts);
   const x86::RawWeights raw = cpu::raw_weights(w);
   if (n < 0) fail("tensor ", w.name, ": negative token count ", n);
   if (n == 0 || w.rows == 0) return;
@@ -136,7 +146,7 @@ void linear_simd(CpuIsa isa, const WeightView& w, const float* x, int64_t n, flo
   // Activations are prepared once per call into this thread's scratch (the
   // workers only read them).
   thread_local cpu::ScratchBuffer acts_buf;
-  const x86::PreparedActs acts =
+  const x86::PreparedActs prepared =
       cpu::prepare_acts(k, k.acts_class(raw.kind), x, n, w.cols, acts_buf, pool);
   const x86::RowsOut out{y, w.rows, nullptr, false, nullptr};
   const int threads = pool ? pool->size() : 1;
@@ -144,25 +154,36 @@ void linear_simd(CpuIsa isa, const WeightView& w, const float* x, int64_t n, flo
   const int64_t items = (w.rows + chunk - 1) / chunk;
   cpu::parallel_items(pool, items, [&](int64_t i, int) {
     const int64_t r0 = i * chunk, r1 = std::min(w.rows, r0 + chunk);
-    k.linear_rows(raw, r0, r1, acts, out);
+    k.linear_rows(raw, r0, r1, prepared, out);
   });
 }
 
 }  // namespace
 
+const char* fp4_acts_name(Fp4Acts a) { return a == Fp4Acts::int8 ? "int8" : "f32"; }
+
 void linear_avx2(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
-  linear_simd(CpuIsa::avx2, w, x, n, y, pool);
+  linear_simd(CpuIsa::avx2, Fp4Acts::f32, w, x, n, y, pool);
 }
 
 void linear_avx512(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
-  linear_simd(CpuIsa::avx512, w, x, n, y, pool);
+  linear_simd(CpuIsa::avx512, Fp4Acts::f32, w, x, n, y, pool);
 }
 
-LinearFn linear_for_isa(CpuIsa isa) {
+void linear_avx2_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  linear_simd(CpuIsa::avx2, Fp4Acts::int8, w, x, n, y, pool);
+}
+
+void linear_avx512_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  linear_simd(CpuIsa::avx512, Fp4Acts::int8, w, x, n, y, pool);
+}
+
+LinearFn linear_for_isa(CpuIsa isa, Fp4Acts acts) {
+  const bool int8 = acts == Fp4Acts::int8;
   switch (isa) {
     case CpuIsa::ref: return linear_ref;
-    case CpuIsa::avx2: return linear_avx2;
-    case CpuIsa::avx512: return linear_avx512;
+    case CpuIsa::avx2: return int8 ? linear_avx2_int8 : linear_avx2;
+    case CpuIsa::avx512: return int8 ? linear_avx512_int8 : linear_avx512;
   }
   return linear_ref;
 }

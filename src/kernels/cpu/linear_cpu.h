@@ -15,23 +15,35 @@
 
 namespace nibble {
 
-// Y[n, rows] = X[n, cols] · W^T. FP4 weights run against int8-quantized
-// activations (blocks of 32, scale amax/127); FP8, BF16 and F32 weights
-// against f32 activations with exact products. Throw nibble::Error (naming
-// the tensor) for a malformed view, or when this CPU lacks the ISA.
+// What the FP4 (MXFP4 / NVFP4) kernels do with activations:
+//   f32   exact products, f32 accumulation (the default backends cpu_avx2,
+//         cpu_avx512)
+//   int8  x rounded to int8 per block of 32 (scale amax/127), then integer
+//         dot products (VNNI / maddubs): faster at large batches, lossy
+//         (opt-in backends cpu_avx2_int8, cpu_avx512_int8)
+// FP8, BF16 and F32 weights always run against f32 activations, exactly.
+enum class Fp4Acts { f32, int8 };
+const char* fp4_acts_name(Fp4Acts a);  // "f32", "int8"
+
+// Y[n, rows] = X[n, cols] · W^T. Throw nibble::Error (naming the tensor) for
+// a malformed view, or when this CPU lacks the ISA.
 void linear_avx2(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 void linear_avx512(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+// The same with FP4 weights against int8 activations (lossy, opt-in).
+void linear_avx2_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+void linear_avx512_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 
-// linear_ref, linear_avx2 or linear_avx512.
-LinearFn linear_for_isa(CpuIsa isa);
+// linear_ref, linear_avx2(_int8) or linear_avx512(_int8) (ref ignores acts).
+LinearFn linear_for_isa(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
 namespace cpu {
 
-// One ISA's entry points (kernels_x86.h).
+// One ISA's entry points (kernels_x86.h), for one FP4 activation mode.
 struct IsaKernels {
   CpuIsa isa;
-  // The activation layout this ISA (on this CPU) uses for a weight kind;
-  // kinds with equal classes share one prepared copy of x.
+  Fp4Acts fp4_acts;
+  // The activation layout these kernels use for a weight kind; kinds with
+  // equal classes share one prepared copy of x.
   x86::ActsClass (*acts_class)(x86::WeightKind kind);
   int64_t (*acts_stride)(x86::ActsClass c, int64_t cols);
   void (*prepare_acts)(x86::ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
@@ -42,7 +54,7 @@ struct IsaKernels {
 
 // Throws nibble::Error for ref (no SIMD entry points) or an ISA this CPU
 // lacks (the kernels would die of SIGILL).
-const IsaKernels& isa_kernels(CpuIsa isa);
+const IsaKernels& isa_kernels(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
 // Checks the view (formats, divisibility, pointers; errors name w.name) and
 // flattens it for the kernels.

@@ -10,8 +10,8 @@
 //               of output rows; each item walks the groups in order, so every
 //               output element is summed by one thread in HF's order
 //
-// Between the phases the activations are re-prepared (int8 blocks for FP4
-// experts). All buffers are thread-local and only grow, so steady-state
+// Between the phases the activations are re-prepared (the FP4 layout, or
+// int8 blocks for FP4 experts with the opt-in int8 kernels). All buffers are thread-local and only grow, so steady-state
 // decode allocates nothing.
 #include "kernels/cpu/moe_cpu.h"
 
@@ -85,9 +85,9 @@ void run_rows(const cpu::IsaKernels& k, const RawWeights& w, const PreparedActs&
   });
 }
 
-void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n,
-              float* y, ThreadPool* pool) {
-  const cpu::IsaKernels& k = cpu::isa_kernels(isa);
+void moe_simd(CpuIsa isa, Fp4Acts acts, const MoeWeights& w, const float* x, const int32_t* token_ids,
+              int64_t n, float* y, ThreadPool* pool) {
+  const cpu::IsaKernels& k = cpu::isa_kernels(isa, acts);
   check_moe_weights(w);
   if (n < 0) fail("MoE layer: negative token count ", n);
   if (n == 0) return;
@@ -213,19 +213,30 @@ void moe_simd(CpuIsa isa, const MoeWeights& w, const float* x, const int32_t* to
 
 void moe_avx2(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
               ThreadPool* pool) {
-  moe_simd(CpuIsa::avx2, w, x, token_ids, n, y, pool);
+  moe_simd(CpuIsa::avx2, Fp4Acts::f32, w, x, token_ids, n, y, pool);
 }
 
 void moe_avx512(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
                 ThreadPool* pool) {
-  moe_simd(CpuIsa::avx512, w, x, token_ids, n, y, pool);
+  moe_simd(CpuIsa::avx512, Fp4Acts::f32, w, x, token_ids, n, y, pool);
 }
 
-MoeFn moe_for_isa(CpuIsa isa) {
+void moe_avx2_int8(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                   ThreadPool* pool) {
+  moe_simd(CpuIsa::avx2, Fp4Acts::int8, w, x, token_ids, n, y, pool);
+}
+
+void moe_avx512_int8(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                     ThreadPool* pool) {
+  moe_simd(CpuIsa::avx512, Fp4Acts::int8, w, x, token_ids, n, y, pool);
+}
+
+MoeFn moe_for_isa(CpuIsa isa, Fp4Acts acts) {
+  const bool int8 = acts == Fp4Acts::int8;
   switch (isa) {
     case CpuIsa::ref: return moe_ref;
-    case CpuIsa::avx2: return moe_avx2;
-    case CpuIsa::avx512: return moe_avx512;
+    case CpuIsa::avx2: return int8 ? moe_avx2_int8 : moe_avx2;
+    case CpuIsa::avx512: return int8 ? moe_avx512_int8 : moe_avx512;
   }
   return moe_ref;
 }

@@ -6,17 +6,24 @@
 #pragma once
 
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_cpu.h"
 #include "kernels/moe.h"
 
 namespace nibble {
 
-// y may alias x (x is fully read before y is written).
+// y may alias x (x is fully read before y is written). FP4 experts run
+// exactly (f32 activations); the _int8 variants round x and h to int8
+// blocks before FP4 weights (lossy, opt-in; see Fp4Acts in linear_cpu.h).
 void moe_avx2(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
               ThreadPool* pool);
 void moe_avx512(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
                 ThreadPool* pool);
+void moe_avx2_int8(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                   ThreadPool* pool);
+void moe_avx512_int8(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                     ThreadPool* pool);
 
-// moe_ref, moe_avx2 or moe_avx512.
-MoeFn moe_for_isa(CpuIsa isa);
+// moe_ref, moe_avx2(_int8) or moe_avx512(_int8) (ref ignores acts).
+MoeFn moe_for_isa(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
 }  // namespace nibble

@@ -1,0 +1,194 @@
+// FP4 (MXFP4 / NVFP4) weights against f32 activations on AVX2: the default
+// FP4 path (the int8 one in linear_avx2.cpp is opt-in). As on AVX-512
+// (fp4_f32_avx512.cpp, read that first), products are exact and only the
+// f32 accumulation rounds.
+//
+// Decoding. AVX2's vpermps has 8 table entries, one short of E2M1's 16
+// codes, and fixing the sign afterwards costs 3 more ops per vector. But
+// every E2M1 value is a bf16 (a 16-bit word; as f32 it is that word << 16),
+// and vpshufb looks up 16 entries per byte. Per 32 bytes of codes (64
+// weights, 2 MXFP4 / 4 NVFP4 blocks), split into low nibbles L (byte j =
+// code 2j) and high nibbles H (code 2j+1):
+//   lo/hi bytes of the bf16 words  4 x vpshufb (tables tlo, thi)
+//   words                          4 x vpunpck{l,h}bw(lo, hi)
+//   f32                            per word vector W: W << 16 (even words),
+//                                  W & 0xFFFF0000 (odd words)
+// 19 ops for 8 vectors of 8 f32 (the vpermps route takes 40), then per token
+// 8 FMAs. The unpacks work within 128-bit lanes, so vector lanes 0-3 come
+// from the first 32 codes and lanes 4-7 from the last 32: with W0 the
+// unpacklo and W1 the unpackhi words,
+//   vector   0      1      2      3      4      5      6      7
+//   from     L W0e  L W0o  H W0e  H W0o  L W1e  L W1o  H W1e  H W1o
+//   code     4i     4i+2   4i+1   4i+3   16+4i  18+4i  17+4i  19+4i   (+32 for lanes i = 4..7, i mod 4 above)
+// Vectors 0-3 cover columns 0-15 (lanes 0-3) and 32-47 (lanes 4-7), vectors
+// 4-7 columns 16-31 and 48-63: one scale vector each per group, s0 = blocks
+// (0, 2) and s1 = blocks (1, 3) for NVFP4, both (0, 1) for MXFP4.
+//
+// Activations (ActsClass::f32_fp4): per group of 64 columns, those 8 vectors
+// of 8 f32 in that order, zero past cols; padded to 128 columns.
+//
+// Rows one at a time (16 registers). T <= 2 sums each group's products in
+// two temporaries per token and applies the scales once; T > 2 scales the
+// decoded weights and keeps two accumulators per token (one would chain 8
+// dependent FMAs per group: latency-bound at 32 cycles).
+//
+// Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx2.h here (see
+// kernels_x86.h).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/kernels_x86.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace nibble::x86 {
+
+namespace {
+
+constexpr int64_t kCols = 64;  // columns per group: 32 bytes of codes
+
+// Column of group-relative vector v (0..7) and lane i (0..7); see above.
+inline int64_t lane_column(int v, int i) {
+  constexpr int kBase[8] = {0, 2, 1, 3, 16, 18, 17, 19};
+  return kBase[v] + 4 * (i % 4) + 32 * (i / 4);
+}
+
+// NVFP4 scales of 64 weights (4 E4M3 bytes) times 2^-8 (the f16 trick of
+// linear_avx2.cpp): s0 = [n0 x4, n2 x4], s1 = [n1 x4, n3 x4].
+inline void nv_scales(int32_t s4, __m256* s0, __m256* s1) {
+  const __m128i w = _mm_cvtepi8_epi16(_mm_cvtsi32_si128(s4));
+  const __m128i f = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(int16_t(0xBF80)));
+  const __m256 q = _mm256_castps128_ps256(_mm_cvtph_ps(f));  // n0..n3 in lanes 0..3
+  *s0 = _mm256_permutevar8x32_ps(q, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+  *s1 = _mm256_permutevar8x32_ps(q, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+}
+
+// Scale vectors of one group from `bytes` scale bytes (fewer in a tail).
+template <bool kNv>
+inline void group_scales(const uint8_t* s, int64_t bytes, __m256* s0, __m256* s1) {
+  int32_t v = 0;
+  __builtin_memcpy(&v, s, size_t(bytes));
+  if constexpr (kNv) {
+    nv_scales(v, s0, s1);
+  } else {
+    *s0 = *s1 = mx_scales(_mm_cvtsi32_si128(v));
+  }
+}
+
+// One group of one row against T tokens: v the 32 code bytes, s0 / s1 the
+// scale vectors, x[t] the group's activations.
+template <int T>
+inline void group_step(__m256i v, __m256 s0, __m256 s1, const float* const* x, __m256 (*acc)[T]) {
+  constexpr bool kTileAcc = T <= 2;
+  // bf16 of the E2M1 codes: low and high bytes.
+  const __m256i tlo = _mm256_setr_epi8(0, 0, -128, -64, 0, 64, -128, -64, 0, 0, -128, -64, 0, 64, -128, -64, 0, 0,
+                                       -128, -64, 0, 64, -128, -64, 0, 0, -128, -64, 0, 64, -128, -64);
+  const __m256i thi = _mm256_setr_epi8(0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, -128, -65, -65, -65, -64, -64,
+                                       -64, -64, 0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, -128, -65, -65, -65,
+                                       -64, -64, -64, -64);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i hmask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  const __m256i L = _mm256_and_si256(v, m4), H = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  const __m256i lL = _mm256_shuffle_epi8(tlo, L), hL = _mm256_shuffle_epi8(thi, L);
+  const __m256i lH = _mm256_shuffle_epi8(tlo, H), hH = _mm256_shuffle_epi8(thi, H);
+  const __m256i words[4] = {_mm256_unpacklo_epi8(lL, hL), _mm256_unpacklo_epi8(lH, hH),
+                            _mm256_unpackhi_epi8(lL, hL), _mm256_unpackhi_epi8(lH, hH)};
+  __m256 tmp[2][T];
+  for (int q = 0; q < 4; ++q) {
+    __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(words[q], 16));
+    __m256 o = _mm256_castsi256_ps(_mm256_and_si256(words[q], hmask));
+    if constexpr (!kTileAcc) {
+      const __m256 s = q < 2 ? s0 : s1;
+      e = _mm256_mul_ps(e, s);
+      o = _mm256_mul_ps(o, s);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m256 xe = _mm256_load_ps(x[t] + 16 * q), xo = _mm256_load_ps(x[t] + 16 * q + 8);
+      if constexpr (kTileAcc) {
+        __m256& a = tmp[q / 2][t];
+        a = q % 2 == 0 ? _mm256_mul_ps(e, xe) : _mm256_fmadd_ps(e, xe, a);
+        a = _mm256_fmadd_ps(o, xo, a);
+      } else {
+        acc[0][t] = _mm256_fmadd_ps(e, xe, acc[0][t]);
+        acc[1][t] = _mm256_fmadd_ps(o, xo, acc[1][t]);
+      }
+    }
+  }
+  if constexpr (kTileAcc)
+    for (int t = 0; t < T; ++t) {
+      acc[0][t] = _mm256_fmadd_ps(tmp[0][t], s0, acc[0][t]);
+      acc[1][t] = _mm256_fmadd_ps(tmp[1][t], s1, acc[1][t]);
+    }
+}
+
+// dots[t] = sum over cols of (E2M1 x block scale) * x_t for one row
+// (NVFP4: scale x 2^-8, global scale not applied).
+template <int T, bool kNv>
+void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const float* const* acts, float* dots) {
+  constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
+  __m256 acc[2][T];
+  for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+  const float* x[T];
+  const int64_t full = cols / kCols, rem = cols % kCols;
+  for (int64_t g = 0; g < full; ++g) {
+    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + 32 * g + kPrefetch), _MM_HINT_T0);
+    __m256 s0, s1;
+    group_scales<kNv>(srow + kScaleBytes * g, kScaleBytes, &s0, &s1);
+    for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * g;
+    group_step<T>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g)), s0, s1, x, acc);
+  }
+  if (rem > 0) {  // 16 (NVFP4), 32 or 48 columns, through a zero-padded copy
+    alignas(32) uint8_t buf[64];
+    copy_tail(wrow + 32 * full, rem / 2, buf);
+    __m256 s0, s1;
+    group_scales<kNv>(srow + kScaleBytes * full, rem / (kNv ? 16 : 32), &s0, &s1);
+    for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * full;
+    group_step<T>(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), s0, s1, x, acc);
+  }
+  for (int t = 0; t < T; ++t) dots[t] = hsum(_mm256_add_ps(acc[0][t], acc[1][t]));
+}
+
+template <int T, bool kNv>
+void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+               const RowsOut& out) {
+  const float* x[T];
+  for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const float*>(acts[t]);
+  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
+  const float scale = kNv ? 256.0f * w.global_scale : 1.0f;  // 2^-8 of nv_scales, s_g
+  for (int64_t r = r0; r < r1; ++r) {
+    float dots[T];
+    fp4_row<T, kNv>(w.data + r * wbytes, w.scales + r * sbytes, cols, x, dots);
+    store_row<T>(out, r, t0, dots, scale);
+  }
+}
+
+template <int T>
+void fp4_range_at(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                  const RowsOut& out) {
+  if (w.kind == WeightKind::nvfp4) fp4_range<T, true>(w, r0, r1, acts, t0, out);
+  else fp4_range<T, false>(w, r0, r1, acts, t0, out);
+}
+
+}  // namespace
+
+void fp4_f32_prepare_avx2(const float* x, int64_t cols, float* out) {
+  const int64_t padded = round_up(cols, kPad);
+  for (int64_t g = 0; g < padded; g += kCols)
+    for (int v = 0; v < 8; ++v)
+      for (int i = 0; i < 8; ++i) {
+        const int64_t c = g + lane_column(v, i);
+        out[g + 8 * v + i] = c < cols ? x[c] : 0.0f;
+      }
+}
+
+void fp4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
+                       int64_t t0, const RowsOut& out) {
+  switch (n_tok) {
+    case 1: fp4_range_at<1>(w, r0, r1, acts, t0, out); break;
+    case 2: fp4_range_at<2>(w, r0, r1, acts, t0, out); break;
+    case 3: fp4_range_at<3>(w, r0, r1, acts, t0, out); break;
+    default: fp4_range_at<4>(w, r0, r1, acts, t0, out); break;
+  }
+}
+
+}  // namespace nibble::x86

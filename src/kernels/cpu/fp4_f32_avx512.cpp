@@ -1,0 +1,230 @@
+// FP4 (MXFP4 / NVFP4) weights against f32 activations on AVX-512: the
+// default FP4 path (the int8 one in linear_avx512.cpp is opt-in). Every
+// product is exact (an E2M1 value has 2 significant bits, so E2M1 x f32 fits
+// the FMA's exact product), block scales are powers of two (MXFP4) or E4M3
+// values times a global f32 (NVFP4), and only the f32 accumulation rounds:
+// the result is within 1e-5 relative L2 of the f64 reference, like the FP8
+// and BF16 paths.
+//
+// Decoding. A 64-byte load holds 128 packed codes (4 MXFP4 blocks, 8 NVFP4
+// blocks); dword j holds codes 8j .. 8j+7, code 8j+k in bits 4k .. 4k+3.
+// vpermps reads only the low 4 bits of each dword index, so
+//     W_k = vpermps(v >> 4k, E2M1 table of 16 f32),   k = 0 .. 7,
+// are 16 f32 weights each, lane j = code 8j+k. Lane j stays in one block for
+// every k (block j/4 of MXFP4, j/2 of NVFP4), so one vector per 128 weights
+// holds every lane's block scale (mx_scales / nv_scales, simd_avx512.h).
+// The byte-sized shifts come from the load ports: the 64 bytes loaded from
+// p + b hold byte 4j+b in the low byte of dword j, i.e. code 8j+2b in bits
+// 0-3 (what v >> 8b would give). So per 128 weights: 4 loads, 4 shifts by 4
+// (port 0), 8 vpermps (port 5), and per token 8 FMAs. (7 shifts instead:
+// 17 GB/s per core at one token; 4: see kRows.) The last group of a row
+// reads its shifted copies with masked loads, never past the row.
+//
+// Activations (ActsClass::f32_fp4): per group of 128 columns, 8 vectors of
+// 16 f32, vector k lane j = x[8j + k], zero past cols (a row's tail is read
+// with a masked load, so its missing codes are 0 and meet zeros).
+//
+// Scales. With few accumulators (rows x tokens <= 8) the 8 products of a
+// group sum into a temporary per row and token, and one FMA applies the
+// scale vector (1 op per 8 FMAs). With more there are no registers for the
+// temporaries, and the scale multiplies the 8 decoded weight vectors instead
+// (1 op per vector, shared by the tokens).
+//
+// Blocking. R rows share every activation load: at 4 tokens the f32
+// activations of a 4096-column row are 64 KB, past L1, and one row at a
+// time would stream them from L2 once per row.
+//
+// Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx512.h here (see
+// kernels_x86.h).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/kernels_x86.h"
+#include "kernels/cpu/simd_avx512.h"
+
+namespace nibble::x86 {
+
+namespace {
+
+constexpr int64_t kCols = 128;  // columns per group: 64 bytes of codes
+
+// Rows per block for T tokens (registers: R*T accumulators, plus R*T
+// temporaries while R*T <= 8). Measured (bench --resident, 256 x 4096):
+// one row at a time is fastest for one token (17 GB/s per core, the port
+// limit: 26 vector ops per 128 weights; two rows gave 13), four rows for
+// more (T = 2 / 3 / 4: 11 / 8.5 / 6.5 GB/s, against 10 / 7 / 5 with one or
+// two rows).
+template <int T>
+constexpr int kRows = T == 1 ? 1 : 4;
+
+// E2M1 code -> value (codes 8..15 are the negatives, 8 is -0).
+inline __m512 e2m1_table() {
+  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                        -3.0f, -4.0f, -6.0f);
+}
+
+// Lane scales of group g of a row's scales (all of it, or the `rem` columns
+// of a partial last group).
+template <bool kNv>
+inline __m512 group_scales(const uint8_t* srow, int64_t g, int64_t rem) {
+  if constexpr (kNv) {
+    if (rem == 0) return nv_scales(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(srow + 8 * g)));
+    return nv_scales(_mm_maskz_loadu_epi8(__mmask16((1u << (rem / 16)) - 1), srow + 8 * g));
+  } else {
+    int32_t s4 = 0;
+    __builtin_memcpy(&s4, srow + 4 * g, rem == 0 ? 4 : size_t(rem / 32));
+    return mx_scales(s4);
+  }
+}
+
+// The 64 bytes from p + b, dword j = bytes 4j+b .. 4j+b+3 of the group:
+// codes 8j+2b and 8j+2b+1 in bits 0-3 and 4-7. p: the group's code bytes,
+// of which `n` (<= 64) exist; kMasked: load with masks (the last group of a
+// row), else plainly.
+template <bool kMasked>
+inline __m512i codes_from(const uint8_t* p, int64_t n, int b) {
+  if constexpr (kMasked)
+    return _mm512_maskz_loadu_epi8(n - b >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - b)) - 1, p + b);
+  else
+    return _mm512_loadu_si512(p + b);
+}
+
+// One group (128 columns) of R rows against T tokens: p[r] the rows' code
+// bytes (n of them, see codes_from), s[r] the lane scales, x[t] the tokens'
+// f32_fp4 activations of this group. Weight vector k = 2b + h is vpermps of
+// codes_from(b) >> 4h.
+template <int R, int T, bool kMasked>
+inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, const float* const* x,
+                       __m512 (*acc)[T]) {
+  constexpr bool kTileAcc = R * T <= 8;
+  const __m512 table = e2m1_table();
+  __m512 tmp[R][T];
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    for (int r = 0; r < R; ++r) {
+      const __m512i v = codes_from<kMasked>(p[r], n, b);
+      for (int h = 0; h < 2; ++h) {
+        const int k = 2 * b + h;
+        __m512 w = _mm512_permutexvar_ps(h == 0 ? v : _mm512_srli_epi32(v, 4), table);
+        if constexpr (!kTileAcc) w = _mm512_mul_ps(w, s[r]);
+        for (int t = 0; t < T; ++t) {
+          const __m512 xk = _mm512_load_ps(x[t] + 16 * k);
+          if constexpr (kTileAcc) tmp[r][t] = k == 0 ? _mm512_mul_ps(w, xk) : _mm512_fmadd_ps(w, xk, tmp[r][t]);
+          else acc[r][t] = _mm512_fmadd_ps(w, xk, acc[r][t]);
+        }
+      }
+    }
+  }
+  if constexpr (kTileAcc)
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(tmp[r][t], s[r], acc[r][t]);
+}
+
+// dots[r * T + t] = sum over cols of (E2M1 x block scale) * x_t for R
+// consecutive rows starting at codes w0 / scales s0 (NVFP4: scale x 2^-8,
+// global scale not applied).
+template <int R, int T, bool kNv>
+void fp4_rows(const uint8_t* w0, const uint8_t* s0, int64_t cols, const float* const* acts, float* dots) {
+  const int64_t wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
+  const int64_t full = cols / kCols, rem = cols % kCols;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const float* x[T];
+  const uint8_t* p[R];
+  // Full groups; the row's last 64 bytes with masks when they end it (their
+  // shifted copies would reach past it).
+  const int64_t plain = rem > 0 ? full : full - 1;
+  for (int64_t g = 0; g < full; ++g) {
+    __m512 s[R];
+    for (int r = 0; r < R; ++r) {
+      p[r] = w0 + r * wbytes + 64 * g;
+      // kPrefetch ahead in this row; near its end, into the same row of the
+      // next block of R (rows are contiguous, and memory is consumed in
+      // that order).
+      if (kPrefetch) {
+        const uint8_t* ahead = p[r] + kPrefetch + (64 * g + kPrefetch < wbytes ? 0 : (R - 1) * wbytes);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      }
+      s[r] = group_scales<kNv>(s0 + r * sbytes, g, 0);
+    }
+    for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * g;
+    if (g < plain) group_step<R, T, false>(p, 64, s, x, acc);
+    else group_step<R, T, true>(p, 64, s, x, acc);
+  }
+  if (rem > 0) {
+    // A multiple of 32 (MXFP4) or 16 (NVFP4) columns: rem / 2 bytes, read
+    // with masks (missing codes are 0 and meet zero activations).
+    __m512 s[R];
+    for (int r = 0; r < R; ++r) {
+      p[r] = w0 + r * wbytes + 64 * full;
+      s[r] = group_scales<kNv>(s0 + r * sbytes, full, rem);
+    }
+    for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * full;
+    group_step<R, T, true>(p, rem / 2, s, x, acc);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <int T, bool kNv>
+void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* x, int64_t t0,
+               const RowsOut& out) {
+  constexpr int R = kRows<T>;
+  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
+  // NVFP4: the 2^-8 of nv_scales and the global scale.
+  const float scale = kNv ? 256.0f * w.global_scale : 1.0f;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    float dots[R * T];
+    fp4_rows<R, T, kNv>(w.data + r * wbytes, w.scales + r * sbytes, cols, x, dots);
+    for (int i = 0; i < R; ++i) store_row<T>(out, r + i, t0, dots + i * T, scale);
+  }
+  for (; r < r1; ++r) {
+    float dots[T];
+    fp4_rows<1, T, kNv>(w.data + r * wbytes, w.scales + r * sbytes, cols, x, dots);
+    store_row<T>(out, r, t0, dots, scale);
+  }
+}
+
+template <int T>
+void fp4_range_at(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                  const RowsOut& out) {
+  const float* x[T];
+  for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const float*>(acts[t]);
+  if (w.kind == WeightKind::nvfp4) fp4_range<T, true>(w, r0, r1, x, t0, out);
+  else fp4_range<T, false>(w, r0, r1, x, t0, out);
+}
+
+}  // namespace
+
+void fp4_f32_prepare_avx512(const float* x, int64_t cols, float* out) {
+  const int64_t groups = round_up(cols, kCols) / kCols;
+  const __m512i lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t base = g * kCols;
+    const __m512i left = _mm512_set1_epi32(int32_t(cols - base < kCols ? cols - base : kCols));
+    for (int k = 0; k < 8; ++k) {
+      // vector k, lane j = x[base + 8j + k], 0 past cols.
+      const __m512i idx = _mm512_add_epi32(lane8, _mm512_set1_epi32(k));
+      const __mmask16 m = _mm512_cmplt_epi32_mask(idx, left);
+      _mm512_store_ps(out + base + 16 * k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, x + base, 4));
+    }
+  }
+}
+
+void fp4_f32_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
+                         int64_t t0, const RowsOut& out) {
+  switch (n_tok) {
+    case 1: fp4_range_at<1>(w, r0, r1, acts, t0, out); break;
+    case 2: fp4_range_at<2>(w, r0, r1, acts, t0, out); break;
+    case 3: fp4_range_at<3>(w, r0, r1, acts, t0, out); break;
+    default: fp4_range_at<4>(w, r0, r1, acts, t0, out); break;
+  }
+}
+
+}  // namespace nibble::x86
