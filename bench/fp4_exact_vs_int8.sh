@@ -9,7 +9,12 @@
 # (bench/when_idle.sh): on the shared 2-core machine, measurements taken
 # while another process runs understate compute-bound kernels.
 #
-# Usage: [IDLE=1] bench/fp4_exact_vs_int8.sh [BUILD_DIR] [ROUNDS] [ISA...]   (> results/NAME.jsonl)
+# With PERCORE=1 the DRAM measurements run on one thread with --cpu-clock:
+# kernel and probe timed by the thread's CPU clock, so other processes' CPU
+# use drops out of both (the per-core question: does one core's compute keep
+# up with what one core reads?). Slower to set up (one thread fills 3.4 GB).
+#
+# Usage: [IDLE=1] [PERCORE=1] bench/fp4_exact_vs_int8.sh [BUILD_DIR] [ROUNDS] [ISA...]   (> results/NAME.jsonl)
 set -e
 BUILD=${1:-build/release}
 ROUNDS=${2:-2}
@@ -18,6 +23,8 @@ ISAS=${*:-avx512 avx2}
 NIBBLE="$BUILD/nibble"
 
 WAIT=""
+PC=""
+[ "${PERCORE:-0}" = 1 ] && PC="--threads 1 --cpu-clock"
 [ "${IDLE:-0}" = 1 ] && WAIT="$(dirname "$0")/when_idle.sh"
 
 tag() {  # runs a bench command, adds "load" (1-minute load average) to its JSON lines
@@ -36,9 +43,9 @@ for round in $(seq "$ROUNDS"); do
     done
     for f in mxfp4 nvfp4; do
       for backend in cpu_$isa cpu_${isa}_int8; do
-        tag moe --format $f --preset dsv4-flash --batch 1,2,4,8 --backend $backend
-        tag moe --format $f --preset dsv4-flash --batch 1,4 --routing shared --backend $backend
-        tag linear --format $f --rows 4096 --cols 4096 --batch 1,2,4,8 --backend $backend
+        tag moe --format $f --preset dsv4-flash --batch 1,2,4,8 --backend $backend $PC
+        tag moe --format $f --preset dsv4-flash --batch 1,4 --routing shared --backend $backend $PC
+        tag linear --format $f --rows 4096 --cols 4096 --batch 1,2,4,8 --backend $backend $PC
       done
     done
   done

@@ -20,9 +20,10 @@ def kind(r):
     d = r.get('detail', '')
     if 'resident' in d:
         return 'resident'
+    clock = ' (1 thread, CPU clock)' if 'thread CPU time' in d else ''
     if r['op'] == 'moe':
-        return 'moe ' + ('shared' if 'routing shared' in d else 'random')
-    return 'linear ' + d.split(',')[0]
+        return 'moe ' + ('shared' if 'routing shared' in d else 'random') + clock
+    return 'linear ' + d.split(',')[0] + clock
 
 best = defaultdict(lambda: None)
 for r in rows:

@@ -65,6 +65,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--isa", "NAME", "shorthand for --backend cpu_NAME: ref, avx2, avx512 (auto: the planner's choice)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
     {"--resident", "", "linear: one in-cache copy of the weights, one thread, CPU-clock timing (compute ceiling)"},
+    {"--cpu-clock", "", "with --threads 1: time calls and probe reads by the thread's CPU clock (a per-core ratio that other processes' CPU use does not skew)"},
     {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
     {"--json", "", "one JSON object per measurement, one per line"},
 };
@@ -132,24 +133,26 @@ class ReadProbe {
   }
 
   // Milliseconds to read `bytes` (rounded to whole cache lines; more than
-  // the buffer holds is read as consecutive slices of it).
-  double read_ms(double bytes) {
+  // the buffer holds is read as consecutive slices of it); by the calling
+  // thread's CPU clock with cpu_clock (single-threaded probes only).
+  double read_ms(double bytes, bool cpu_clock = false) {
     double total = 0;
     for (double left = bytes; left > 0;) {
       const double part = std::min(left, double(size_) / 2);
-      total += read_slice_ms(size_t(part));
+      total += read_slice_ms(size_t(part), cpu_clock);
       left -= part;
     }
     return total;
   }
 
  private:
-  double read_slice_ms(size_t bytes) {
+  double read_slice_ms(size_t bytes, bool cpu_clock) {
     const size_t n = (bytes + 63) / 64 * 64;
     if (offset_ + n > size_) offset_ = 0;
     const uint64_t* p = buf_.get() + offset_ / 8;
     offset_ += n;
     const int64_t lines = int64_t(n / 64);
+    const double c0 = cpu_clock ? thread_cpu_ms() : 0;
     auto t0 = Clock::now();
     auto job = [&](int64_t b, int64_t e, int) {
       // 8 independent accumulators: enough loads in flight to saturate DRAM.
@@ -164,6 +167,7 @@ class ReadProbe {
     };
     if (pool_) pool_->parallel_for(lines, job, 64);
     else job(0, lines, 0);
+    if (cpu_clock) return thread_cpu_ms() - c0;
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 
@@ -192,13 +196,13 @@ Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, B
   for (int64_t i = warmup; i < warmup + iters; ++i) {
     const double b = bytes(i);
     total += b;
-    if (given_bandwidth <= 0 && i % 2 == 0) probe_ms.push_back(probe.read_ms(b) / b);
+    if (given_bandwidth <= 0 && i % 2 == 0) probe_ms.push_back(probe.read_ms(b, cpu_clock) / b);
     const double t0 = cpu_clock ? thread_cpu_ms() : 0;
     auto w0 = Clock::now();
     call(i);
     ms.push_back(cpu_clock ? thread_cpu_ms() - t0
                            : std::chrono::duration<double, std::milli>(Clock::now() - w0).count());
-    if (given_bandwidth <= 0 && i % 2 == 1) probe_ms.push_back(probe.read_ms(b) / b);
+    if (given_bandwidth <= 0 && i % 2 == 1) probe_ms.push_back(probe.read_ms(b, cpu_clock) / b);
   }
   *mean_bytes = total / double(iters);
   if (given_bandwidth > 0) {
@@ -223,6 +227,13 @@ struct Backend {
   LinearFn linear = nullptr;
   MoeFn moe = nullptr;
 };
+
+// --cpu-clock: only meaningful when the calling thread does all the work.
+bool cpu_clock_flag(const ParsedArgs& args, const ThreadPool& pool) {
+  if (!args.has("--cpu-clock")) return false;
+  if (pool.size() != 1) fail("flag --cpu-clock: needs --threads 1 (the thread's CPU clock sees only its own work)");
+  return true;
+}
 
 Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int threads) {
   std::string want = args.str("--backend", "auto");
@@ -364,6 +375,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const Fp8ScaleType fp8 = parse_fp8_scale(args);
   const std::vector<int64_t> batches = parse_batches(args);
   const bool resident = args.has("--resident");
+  const bool cpu_clock = resident || cpu_clock_flag(args, pool);
 
   // Copies of one random matrix, together past 4x the LLC; each call uses the
   // next copy, so every call streams its weights from DRAM.
@@ -406,7 +418,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
     const Timing t = time_paired(
         int64_t(std::min<size_t>(copies, 8)), iters, probe,
         [&](int64_t) { fn(mats[next++ % copies].view, x.data(), batch, y.data(), p); },
-        [&](int64_t) { return bytes; }, &bw, &bytes_per_call, &best_bw, resident);
+        [&](int64_t) { return bytes; }, &bw, &bytes_per_call, &best_bw, cpu_clock);
     Result r;
     r.op = "linear";
     r.format = format_name(format);
@@ -421,7 +433,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
     r.best_bandwidth = best_bw;
     r.detail = std::to_string(rows) + "x" + std::to_string(cols) +
                (format == Format::fp8_block128 ? std::string(" scales ") + (fp8 == Fp8ScaleType::f32 ? "f32" : "ue8m0") : "") +
-               (resident ? ", resident, thread CPU time" : "");
+               (resident ? ", resident, thread CPU time" : cpu_clock ? ", thread CPU time" : "");
     print(r, json);
   }
   return 0;
@@ -472,6 +484,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   shape.flops = 2.0 * 3.0 * double(I * D) * double(K + 1) * double(shape.batch);
   const Backend backend = resolve_backend(args, shape, pool.size());
   const MoeFn fn = backend.moe;
+  const bool cpu_clock = cpu_clock_flag(args, pool);
   const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   MoeLayer l;
   MoeWeights& w = l.w;
@@ -574,7 +587,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
           fn(w, xs.data() + size_t((c % 16) * batch * D), ids.data() + c * batch, batch, y.data(), &pool);
         },
         [&](int64_t c) { return call_bytes(ids.data() + c * batch, batch, xs.data() + size_t((c % 16) * batch * D)); },
-        &bw, &bytes, &best_bw);
+        &bw, &bytes, &best_bw, cpu_clock);
     Result r;
     r.op = "moe";
     r.format = format_name(format);
@@ -587,7 +600,8 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     r.time = t;
     r.bandwidth = bw;
     r.best_bandwidth = best_bw;
-    r.detail = "dsv4-flash, routing " + routing + ", shared expert " + format_name(shared_format);
+    r.detail = "dsv4-flash, routing " + routing + ", shared expert " + format_name(shared_format) +
+               (cpu_clock ? ", thread CPU time" : "");
     print(r, json);
   }
   return 0;

@@ -3,7 +3,7 @@
 //
 // Efficiencies: the fraction of the device's read bandwidth (and peak
 // arithmetic) the kernel reaches, from `nibble bench` on a 2-core AVX-512
-// machine (see bench/RESULTS.md once kernels land). The scalar reference
+// machine (see bench/RESULTS.md). The scalar reference
 // dequantizes every element and accumulates in f64; it streams at a few
 // percent of bandwidth.
 #include "kernels/registry.h"
@@ -41,32 +41,40 @@ const std::vector<KernelDesc>& kernel_registry() {
        linear_ref, nullptr},
       {"cpu_ref", Op::moe, kAllWeightFormats, needs_cpu, 0, 0.03, 0.01, "scalar, f64 accumulate",
        nullptr, moe_ref},
-      // ---- kernels/cpu SIMD kernels (owner: kernels branch). Efficiencies
-      // from `nibble bench` on the 2-core AVX-512 machine (bench/RESULTS.md):
-      // bandwidth = decode ratio; compute = prefill rate over the device's
-      // nominal f32 peak. The exact kernels are the default for every
-      // format; the _int8 ones differ only for FP4 weights, where they round
-      // activations to int8 (faster at large batches, lossy) and so run only
-      // when asked for by name. ----
-      {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 0.5,
+      // ---- kernels/cpu SIMD kernels (owner: kernels branch). The exact
+      // kernels are the default for every format; the _int8 ones differ only
+      // for FP4 weights, where they round activations to int8 (faster, lossy)
+      // and so run only when asked for by name.
+      // Efficiencies from `nibble bench` on the 2-core AVX-512 machine
+      // (bench/RESULTS.md). bandwidth = decode ratio: int8 MoE 0.95 (AVX-512)
+      // and 0.8 (AVX2) on an idle machine; the exact kernels reached 0.9-1.0x
+      // (AVX-512) and ~0.85x (AVX2) of the int8 ones' per-core ratio in the
+      // same runs (one thread, CPU clock). compute = rate at 8 tokens over
+      // the device's nominal f32 peak (64 flops per cycle per core on
+      // AVX-512 machines): exact FP4 0.6, FP8 0.5, BF16 0.4 -> 0.5 on
+      // AVX-512; AVX2 half of that on the same machine (its vectors are half
+      // as wide; on an AVX2-only device the nominal peak halves too, so the
+      // estimate is pessimistic there but the choice is the same); int8 FP4
+      // ~1.0 (a vpdpbusd does 64 multiply-adds). ----
+      {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
        "AVX-512 f32 FMA, exact: FP4 decoded by vpermps table, FP8 via f16, BF16, F32", linear_avx512,
        nullptr},
-      {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
+      {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.55, 0.35,
        "AVX2 f32 FMA, exact: FP4 decoded as bf16 by vpshufb, FP8 via F16C, BF16, F32", linear_avx2, nullptr},
-      {"cpu_avx512_int8", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 0.6,
+      {"cpu_avx512_int8", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 1.0,
        "AVX-512 VNNI int8 dot (FP4 x int8-quantized act); other formats as cpu_avx512", linear_avx512_int8,
        nullptr, kInt8Acts, kFp4Formats},
-      {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.6,
+      {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
        "AVX2 maddubs int8 dot (FP4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
        nullptr, kInt8Acts, kFp4Formats},
-      {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.9, 0.5,
+      {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
        "AVX-512 fused MoE, exact: experts grouped per batch, rows split over threads", nullptr, moe_avx512},
-      {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.5,
+      {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.7, 0.35,
        "AVX2 fused MoE, exact: experts grouped per batch, rows split over threads", nullptr, moe_avx2},
-      {"cpu_avx512_int8", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.9, 0.6,
+      {"cpu_avx512_int8", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.95, 1.0,
        "AVX-512 fused MoE, FP4 experts x int8-quantized activations", nullptr, moe_avx512_int8, kInt8Acts,
        kFp4Formats},
-      {"cpu_avx2_int8", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.6,
+      {"cpu_avx2_int8", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.5,
        "AVX2 fused MoE, FP4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
        kFp4Formats},
   };

@@ -177,6 +177,10 @@ TEST(Registry, PlannerNeverPicksALossyKernel) {
           Selection sel = select_kernel(kernel_registry(), s, dev, "auto", flag);
           ASSERT_NE(sel.chosen, nullptr);
           EXPECT_EQ(sel.chosen->lossy, nullptr) << sel.chosen->name << " for " << format_name(f);
+          // The widest ISA the device has, at every batch (also where the
+          // estimate is compute-bound).
+          EXPECT_EQ(std::string(sel.chosen->name), std::string(dev_name) == "cpu-avx512" ? "cpu_avx512" : "cpu_avx2")
+              << format_name(f) << " batch " << batch;
           const Rejection* r = find(sel, int8);
           ASSERT_NE(r, nullptr) << int8;
           if (f == Format::mxfp4 || f == Format::nvfp4) {
