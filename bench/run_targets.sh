@@ -7,11 +7,16 @@
 #   FP8 block-128 GEMV 4096 x 4096, batch 1: ratio >= 0.80; batch 4 <= 1.5x batch 1
 #   MoE with shared routing: batch 4 <= 1.5x batch 1 (same routing width per token)
 #   MoE batch sweep: where decode stops being bandwidth-bound
-# For every ISA, the default (exact) kernels and the opt-in int8 FP4 ones.
+# For every ISA, the default (exact) kernels and the opt-in int8 FP4 ones;
+# first, the read-only ceiling of the MoE and FP8 patterns (--backend read).
 set -e
 BUILD=${1:-build/release}
 [ $# -gt 0 ] && shift
 NIBBLE="$BUILD/nibble"
+for f in mxfp4 nvfp4; do
+  "$NIBBLE" bench moe --format $f --preset dsv4-flash --batch 1 --backend read --json "$@"
+done
+"$NIBBLE" bench linear --format fp8_block128 --rows 4096 --cols 4096 --batch 1 --backend read --json "$@"
 for isa in avx512 avx2; do
   "$NIBBLE" bench bandwidth --json "$@"
   for backend in cpu_$isa cpu_${isa}_int8; do

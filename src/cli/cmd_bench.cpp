@@ -6,7 +6,10 @@
 //
 // The kernel is the planner's choice for the op on this machine (what a
 // model would run), or the registry kernel --backend names (e.g. the opt-in
-// cpu_avx512_int8), or the default kernel of the ISA --isa names.
+// cpu_avx512_int8), or the default kernel of the ISA --isa names, or, with
+// --backend read, a stand-in that reads the weights the same way and
+// computes nothing (kernels/cpu/read_only.h): the ratio a kernel could reach
+// at best here.
 //
 // Every result carries the weight bytes the op must read, the median / min /
 // max time of --iters timed calls, the effective bandwidth (bytes / median)
@@ -43,6 +46,7 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/cpu/random_weights.h"
+#include "kernels/cpu/read_only.h"
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
 #include "runtime/thread_pool.h"
@@ -61,7 +65,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--fp8-scale", "T", "fp8_block128 scale type: ue8m0 (default) or f32"},
     {"--shared-format", "F", "moe: the shared expert's format (default: --format; DeepSeek-V4 ships fp8_block128)"},
     {"--threads", "N", "threads (default: all)"},
-    {"--backend", "NAME", "kernel from the registry (cpu_ref, cpu_avx2, cpu_avx512, cpu_avx2_int8, cpu_avx512_int8) or auto (default: the planner's choice)"},
+    {"--backend", "NAME", "kernel from the registry (cpu_ref, cpu_avx2, cpu_avx512, cpu_avx2_int8, cpu_avx512_int8), auto (default: the planner's choice) or read (reads the weights the same way and computes nothing: the memory pattern's ceiling)"},
     {"--isa", "NAME", "shorthand for --backend cpu_NAME: ref, avx2, avx512 (auto: the planner's choice)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
     {"--resident", "", "linear: one in-cache copy of the weights, one thread, CPU-clock timing (compute ceiling)"},
@@ -237,6 +241,16 @@ bool cpu_clock_flag(const ParsedArgs& args, const ThreadPool& pool) {
 
 Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int threads) {
   std::string want = args.str("--backend", "auto");
+  if (want == "read") {
+    // Not a registry kernel: the read-only stand-ins (kernels/cpu/read_only.h).
+    if (args.has("--isa")) fail("flags --isa and --backend: give one of them");
+    Backend b;
+    b.name = "read";
+    b.isa = best_cpu_isa(host_cpu_features());
+    b.linear = linear_read_only;
+    b.moe = moe_read_only;
+    return b;
+  }
   if (args.has("--isa") && args.str("--isa") != "auto") {
     if (args.has("--backend") && want != "auto") fail("flags --isa and --backend: give one of them");
     want = std::string("cpu_") + cpu_isa_name(parse_cpu_isa(args.str("--isa")));
@@ -484,6 +498,8 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   shape.flops = 2.0 * 3.0 * double(I * D) * double(K + 1) * double(shape.batch);
   const Backend backend = resolve_backend(args, shape, pool.size());
   const MoeFn fn = backend.moe;
+  if (backend.name == "read" && routing == "router")
+    fail("flags --backend read and --routing router: the read-only layer has no router scores to route by (use random or shared)");
   const bool cpu_clock = cpu_clock_flag(args, pool);
   const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   MoeLayer l;

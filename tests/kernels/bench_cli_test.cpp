@@ -81,12 +81,16 @@ TEST(BenchCli, BackendByName) {
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"--backend cpu_avx2_int8", "cpu_avx2_int8", "avx2"},
            {"--isa avx2", "cpu_avx2", "avx2"},
-           {"--backend cpu_ref", "cpu_ref", "ref"}}) {
+           {"--backend cpu_ref", "cpu_ref", "ref"},
+           // The read-only stand-in (the memory pattern's ceiling), on the
+           // widest ISA here, reports the same bytes as the kernels.
+           {"--backend read", "read", cpu_isa_name(best_cpu_isa(host_cpu_features()))}}) {
     BenchRun r = run("linear --format mxfp4 --rows 16 --cols 64 --iters 2 --resident --bandwidth 10 --json " + args);
     ASSERT_EQ(r.status, 0) << args << ": " << r.out;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["backend"], backend) << args;
     EXPECT_EQ(j["isa"], isa) << args;
+    EXPECT_EQ(j["bytes"].get<double>(), 16.0 * 64 / 2 + 16.0 * 64 / 32) << args;
   }
 }
 
@@ -94,7 +98,8 @@ TEST(BenchCli, BadFlagsAreErrors) {
   for (const char* args : {"linear --format int", "linear --batch 0", "linear --batch 1,x", "moe --preset dsv4-pro",
                            "moe --routing magic", "linear --isa sse9", "linear --fp8-scale e5m2", "warp",
                            "linear --backend warp_drive", "linear --isa ref --backend cpu_ref",
-                           "moe --backend cpu_ref_int8"}) {
+                           "moe --backend cpu_ref_int8", "moe --backend read --routing router",
+                           "linear --backend read --isa avx2"}) {
     BenchRun r = run(args);
     EXPECT_EQ(r.status, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find("error"), std::string::npos) << args << ": " << r.out;

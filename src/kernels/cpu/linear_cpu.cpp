@@ -134,11 +134,8 @@ x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const floa
 
 }  // namespace cpu
 
-namespace {
-
-void linear_simd(CpuIsa isa, Fp4Acts acts, const WeightView& w, const float* x, int64_t n, float* y,
-                 ThreadPool* pool) {
-  const cpu::IsaKernels& k = cpu::isa_kernels(isa, acts);
+void linear_with_kernels(const cpu::IsaKernels& k, const WeightView& w, const float* x, int64_t n, float* y,
+                         ThreadPool* pool) {
   const x86::RawWeights raw = cpu::raw_weights(w);
   if (n < 0) fail("tensor ", w.name, ": negative token count ", n);
   if (n == 0 || w.rows == 0) return;
@@ -156,6 +153,13 @@ void linear_simd(CpuIsa isa, Fp4Acts acts, const WeightView& w, const float* x, 
     const int64_t r0 = i * chunk, r1 = std::min(w.rows, r0 + chunk);
     k.linear_rows(raw, r0, r1, prepared, out);
   });
+}
+
+namespace {
+
+void linear_simd(CpuIsa isa, Fp4Acts acts, const WeightView& w, const float* x, int64_t n, float* y,
+                 ThreadPool* pool) {
+  linear_with_kernels(cpu::isa_kernels(isa, acts), w, x, n, y, pool);
 }
 
 }  // namespace

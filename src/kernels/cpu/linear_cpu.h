@@ -89,4 +89,10 @@ x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const floa
                                int64_t cols, ScratchBuffer& buf, ThreadPool* pool);
 
 }  // namespace cpu
+
+// The linear op on the given kernels (what linear_avx2 etc. run with their
+// ISA's kernels; `nibble bench --backend read` passes read-only ones).
+void linear_with_kernels(const cpu::IsaKernels& k, const WeightView& w, const float* x, int64_t n, float* y,
+                         ThreadPool* pool);
+
 }  // namespace nibble

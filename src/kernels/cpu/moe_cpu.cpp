@@ -85,9 +85,10 @@ void run_rows(const cpu::IsaKernels& k, const RawWeights& w, const PreparedActs&
   });
 }
 
-void moe_simd(CpuIsa isa, Fp4Acts acts, const MoeWeights& w, const float* x, const int32_t* token_ids,
-              int64_t n, float* y, ThreadPool* pool) {
-  const cpu::IsaKernels& k = cpu::isa_kernels(isa, acts);
+}  // namespace
+
+void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float* x, const int32_t* token_ids,
+                      int64_t n, float* y, ThreadPool* pool) {
   check_moe_weights(w);
   if (n < 0) fail("MoE layer: negative token count ", n);
   if (n == 0) return;
@@ -207,6 +208,13 @@ void moe_simd(CpuIsa isa, Fp4Acts acts, const MoeWeights& w, const float* x, con
       k.linear_rows(g.w2, r0, r1, g.hp, out);
     }
   });
+}
+
+namespace {
+
+void moe_simd(CpuIsa isa, Fp4Acts acts, const MoeWeights& w, const float* x, const int32_t* token_ids,
+              int64_t n, float* y, ThreadPool* pool) {
+  moe_with_kernels(cpu::isa_kernels(isa, acts), w, x, token_ids, n, y, pool);
 }
 
 }  // namespace

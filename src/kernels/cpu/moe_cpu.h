@@ -23,6 +23,11 @@ void moe_avx2_int8(const MoeWeights& w, const float* x, const int32_t* token_ids
 void moe_avx512_int8(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
                      ThreadPool* pool);
 
+// The layer on the given kernels (what the functions above run with their
+// ISA's kernels; `nibble bench --backend read` passes read-only ones).
+void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float* x, const int32_t* token_ids,
+                      int64_t n, float* y, ThreadPool* pool);
+
 // moe_ref, moe_avx2(_int8) or moe_avx512(_int8) (ref ignores acts).
 MoeFn moe_for_isa(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
