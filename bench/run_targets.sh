@@ -8,7 +8,7 @@
 #   MoE with shared routing: batch 4 <= 1.5x batch 1 (same routing width per token)
 #   MoE batch sweep: where decode stops being bandwidth-bound
 # For every ISA, the default (exact) kernels and the opt-in int8 FP4 ones;
-# first, the read-only ceiling of the MoE and FP8 patterns (--backend read).
+# first, plain reading through the MoE and FP8 ops (--backend read).
 set -e
 BUILD=${1:-build/release}
 [ $# -gt 0 ] && shift

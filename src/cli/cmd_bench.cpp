@@ -8,8 +8,8 @@
 // model would run), or the registry kernel --backend names (e.g. the opt-in
 // cpu_avx512_int8), or the default kernel of the ISA --isa names, or, with
 // --backend read, a stand-in that reads the weights the same way and
-// computes nothing (kernels/cpu/read_only.h): the ratio a kernel could reach
-// at best here.
+// computes nothing (kernels/cpu/read_only.h): what plain reading gets
+// through the op's structure.
 //
 // Every result carries the weight bytes the op must read, the median / min /
 // max time of --iters timed calls, the effective bandwidth (bytes / median)
@@ -65,7 +65,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--fp8-scale", "T", "fp8_block128 scale type: ue8m0 (default) or f32"},
     {"--shared-format", "F", "moe: the shared expert's format (default: --format; DeepSeek-V4 ships fp8_block128)"},
     {"--threads", "N", "threads (default: all)"},
-    {"--backend", "NAME", "kernel from the registry (cpu_ref, cpu_avx2, cpu_avx512, cpu_avx2_int8, cpu_avx512_int8), auto (default: the planner's choice) or read (reads the weights the same way and computes nothing: the memory pattern's ceiling)"},
+    {"--backend", "NAME", "kernel from the registry (cpu_ref, cpu_avx2, cpu_avx512, cpu_avx2_int8, cpu_avx512_int8), auto (default: the planner's choice) or read (reads the weights through the same op structure and computes nothing: plain reading's ratio)"},
     {"--isa", "NAME", "shorthand for --backend cpu_NAME: ref, avx2, avx512 (auto: the planner's choice)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
     {"--resident", "", "linear: one in-cache copy of the weights, one thread, CPU-clock timing (compute ceiling)"},
@@ -121,19 +121,36 @@ double thread_cpu_ms() {
 
 // The paired bandwidth probe: reads `bytes` at a time from a buffer past
 // 4x the LLC, moving on through it so every read is cold, on all threads.
+//
+// Its memory must be the same kind as the weights'. On the project's VM,
+// memory first touched earlier in a run reads about half as fast as memory
+// first touched later (bench linear --backend read on 64 MB of BF16, probe
+// allocated after the weights: probe 18 GB/s, weights 7-11; allocated
+// before them: probe 7-11, weights 13-19; the same with the MoE layer), so
+// a probe allocated after the weights made every kernel look ~2x slower
+// than a plain read of its own weights. So the buffer is allocated up front
+// but first touched in pieces, piece i together with the weights' matrix i
+// (touch()), and both draw from the same mix of memory.
 class ReadProbe {
  public:
-  // With --bandwidth given nothing is probed: no buffer either.
-  explicit ReadProbe(ThreadPool* pool, bool needed = true) : pool_(pool), size_(dram_working_set()) {
+  // With --bandwidth given nothing is probed: no buffer either. `pieces`:
+  // how many touch() calls will share out the first touch.
+  ReadProbe(ThreadPool* pool, bool needed, int64_t pieces)
+      : pool_(pool), size_(dram_working_set()), pieces_(std::max<int64_t>(pieces, 1)) {
     if (!needed) return;
     buf_.reset(static_cast<uint64_t*>(std::aligned_alloc(4096, size_)));
     if (!buf_) fail("bench: cannot allocate the ", size_ >> 20, " MiB bandwidth probe");
-    const int64_t words = int64_t(size_ / 8);
-    auto fill = [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) buf_.get()[i] = uint64_t(i) * 0x9E3779B97F4A7C15ull;
-    };
-    if (pool_) pool_->parallel_for(words, fill, 1 << 16);
-    else fill(0, words, 0);
+    touched_.assign(size_t(pieces_), 0);
+  }
+
+  // First touch of piece i of [0, pieces) with non-constant data. Distinct
+  // pieces may be touched concurrently.
+  void touch(int64_t i) {
+    if (!buf_ || i < 0 || i >= pieces_ || touched_[size_t(i)]) return;
+    const int64_t pages = int64_t(size_ / 4096);
+    const int64_t w0 = pages * i / pieces_ * 512, w1 = pages * (i + 1) / pieces_ * 512;
+    for (int64_t w = w0; w < w1; ++w) buf_.get()[w] = uint64_t(w) * 0x9E3779B97F4A7C15ull;
+    touched_[size_t(i)] = 1;
   }
 
   // Milliseconds to read `bytes` (rounded to whole cache lines; more than
@@ -151,6 +168,7 @@ class ReadProbe {
 
  private:
   double read_slice_ms(size_t bytes, bool cpu_clock) {
+    for (int64_t i = 0; i < pieces_; ++i) touch(i);  // any a caller left
     const size_t n = (bytes + 63) / 64 * 64;
     if (offset_ + n > size_) offset_ = 0;
     const uint64_t* p = buf_.get() + offset_ / 8;
@@ -180,6 +198,8 @@ class ReadProbe {
   };
   ThreadPool* pool_;
   size_t size_;
+  int64_t pieces_;
+  std::vector<char> touched_;
   std::unique_ptr<uint64_t, Free> buf_;
   size_t offset_ = 0;
   std::atomic<uint64_t> sink_{0};  // keeps the reads from being optimised away
@@ -408,6 +428,8 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const LinearFn fn = backend.linear;
   const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   const size_t copies = resident ? 1 : std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
+  ThreadPool* p = resident ? nullptr : &pool;
+  ReadProbe probe(p, given_bandwidth <= 0, int64_t(copies));
   std::vector<OwnedWeights> mats(copies);
   pool.parallel_for(int64_t(copies), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -417,6 +439,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
       m.view = base.view;
       m.view.data = m.data.data();
       m.view.scales = m.scales.empty() ? nullptr : m.scales.data();
+      probe.touch(i);  // alongside the copy (see ReadProbe)
     }
   });
 
@@ -424,8 +447,6 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   std::vector<float> x(size_t(max_batch * cols)), y(size_t(max_batch * rows));
   random_normal(x.data(), int64_t(x.size()), 7);
 
-  ThreadPool* p = resident ? nullptr : &pool;
-  ReadProbe probe(p, given_bandwidth <= 0);
   size_t next = 0;
   for (int64_t batch : batches) {
     double bw = 0, bytes_per_call = 0, best_bw = 0;
@@ -518,12 +539,14 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     fail("flag --format: a ", format_name(format), " dsv4-flash layer needs ", layer_bytes / 1e9,
          " GB (plus the bandwidth probe's ", double(dram_working_set()) / 1e9, " GB); ", avail / 1e9,
          " GB of memory are available");
+  ReadProbe probe(&pool, given_bandwidth <= 0, 3 * (E + 1));
   l.mats.resize(size_t(3 * (E + 1)));
   pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       const bool down = i % 3 == 2;
       const Format f = i >= 3 * E ? shared_format : format;  // the last three: the shared expert
       l.mats[size_t(i)] = random_weights(f, down ? D : I, down ? I : D, uint64_t(1000 + i), fp8);
+      probe.touch(i);  // alongside the matrix (see ReadProbe)
     }
   });
   for (int64_t e = 0; e <= E; ++e) {
@@ -593,7 +616,6 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     return bytes + expert_bytes(w.shared);
   };
 
-  ReadProbe probe(&pool, given_bandwidth <= 0);
   for (int64_t batch : batches) {
     for (int64_t i = 0; i < vocab; ++i) ids[size_t(i)] = int32_t(routing == "shared" ? i / batch : i);
     double bw = 0, bytes = 0, best_bw = 0;

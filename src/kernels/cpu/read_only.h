@@ -2,9 +2,10 @@
 // `nibble bench --backend read`: the same threading, work split, activation
 // preparation and routing as the real kernels (linear_with_kernels,
 // moe_with_kernels), but each row range only reads its weight bytes (codes
-// and scales) and computes nothing. Their ratio to the probe is the ceiling
-// any kernel can reach with this memory pattern on this machine; the gap
-// between it and a real kernel's ratio is the kernel's own cost.
+// and scales), a row at a time, and computes nothing. Their ratio to the
+// probe is what plain reading gets through the op's structure: a kernel far
+// below it is limited by its own work. (A reference, not a bound: kernels
+// that stream several rows at once can read faster.)
 //
 // Not a model kernel: never in the registry, never planned. Their output is a
 // checksum of each row's bytes (see read_rows), so that tests can tell every
