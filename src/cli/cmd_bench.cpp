@@ -71,6 +71,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--resident", "", "linear: one in-cache copy of the weights, one thread, CPU-clock timing (compute ceiling)"},
     {"--cpu-clock", "", "with --threads 1: time calls and probe reads by the thread's CPU clock (a per-core ratio that other processes' CPU use does not skew)"},
     {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
+    {"--probe-memory", "WHEN", "when the probe's buffer is first touched: interleaved with the weights (default; the same kind of memory), first or last (before / after all weights)"},
     {"--json", "", "one JSON object per measurement, one per line"},
 };
 
@@ -124,33 +125,46 @@ double thread_cpu_ms() {
 //
 // Its memory must be the same kind as the weights'. On the project's VM,
 // memory first touched earlier in a run reads about half as fast as memory
-// first touched later (bench linear --backend read on 64 MB of BF16, probe
-// allocated after the weights: probe 18 GB/s, weights 7-11; allocated
-// before them: probe 7-11, weights 13-19; the same with the MoE layer), so
-// a probe allocated after the weights made every kernel look ~2x slower
-// than a plain read of its own weights. So the buffer is allocated up front
-// but first touched in pieces, piece i together with the weights' matrix i
-// (touch()), and both draw from the same mix of memory.
+// first touched later (bench linear --backend read on 64 MB of BF16: probe
+// touched after the weights, probe 18 GB/s and weights 7-11; before them,
+// probe 7-11 and weights 13-19; the same with the MoE layer), so a probe
+// touched after the weights made every kernel look ~2x slower than a plain
+// read of its own weights. So by default (--probe-memory interleaved) the
+// buffer is allocated up front and first touched in pieces, piece i
+// together with the weights' matrix i (touch()), and both draw from the
+// same mix of memory; `first` and `last` touch it all before or after the
+// weights, to show the effect.
+enum class ProbeMemory { interleaved, first, last };
+
 class ReadProbe {
  public:
   // With --bandwidth given nothing is probed: no buffer either. `pieces`:
-  // how many touch() calls will share out the first touch.
-  ReadProbe(ThreadPool* pool, bool needed, int64_t pieces)
-      : pool_(pool), size_(dram_working_set()), pieces_(std::max<int64_t>(pieces, 1)) {
+  // how many touch() calls share out the first touch (interleaved).
+  ReadProbe(ThreadPool* pool, bool needed, int64_t pieces, ProbeMemory mode)
+      : pool_(pool), size_(dram_working_set()), pieces_(std::max<int64_t>(pieces, 1)), mode_(mode) {
     if (!needed) return;
     buf_.reset(static_cast<uint64_t*>(std::aligned_alloc(4096, size_)));
     if (!buf_) fail("bench: cannot allocate the ", size_ >> 20, " MiB bandwidth probe");
     touched_.assign(size_t(pieces_), 0);
+    if (mode_ == ProbeMemory::first) touch_rest();
   }
 
-  // First touch of piece i of [0, pieces) with non-constant data. Distinct
-  // pieces may be touched concurrently.
+  // With `interleaved`, the first touch of piece i of [0, pieces), with
+  // non-constant data; otherwise nothing. Distinct pieces may be touched
+  // concurrently.
   void touch(int64_t i) {
-    if (!buf_ || i < 0 || i >= pieces_ || touched_[size_t(i)]) return;
-    const int64_t pages = int64_t(size_ / 4096);
-    const int64_t w0 = pages * i / pieces_ * 512, w1 = pages * (i + 1) / pieces_ * 512;
-    for (int64_t w = w0; w < w1; ++w) buf_.get()[w] = uint64_t(w) * 0x9E3779B97F4A7C15ull;
-    touched_[size_t(i)] = 1;
+    if (mode_ == ProbeMemory::interleaved) touch_piece(i);
+  }
+
+  // Touches what is left (all of it with `last`): call once the weights
+  // exist, before timing.
+  void touch_rest() {
+    if (!buf_) return;
+    auto job = [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) touch_piece(i);
+    };
+    if (pool_) pool_->parallel_for(pieces_, job);
+    else job(0, pieces_, 0);
   }
 
   // Milliseconds to read `bytes` (rounded to whole cache lines; more than
@@ -168,7 +182,6 @@ class ReadProbe {
 
  private:
   double read_slice_ms(size_t bytes, bool cpu_clock) {
-    for (int64_t i = 0; i < pieces_; ++i) touch(i);  // any a caller left
     const size_t n = (bytes + 63) / 64 * 64;
     if (offset_ + n > size_) offset_ = 0;
     const uint64_t* p = buf_.get() + offset_ / 8;
@@ -193,17 +206,34 @@ class ReadProbe {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 
+  void touch_piece(int64_t i) {
+    if (!buf_ || i < 0 || i >= pieces_ || touched_[size_t(i)]) return;
+    const int64_t pages = int64_t(size_ / 4096);
+    const int64_t w0 = pages * i / pieces_ * 512, w1 = pages * (i + 1) / pieces_ * 512;
+    for (int64_t w = w0; w < w1; ++w) buf_.get()[w] = uint64_t(w) * 0x9E3779B97F4A7C15ull;
+    touched_[size_t(i)] = 1;
+  }
+
   struct Free {
     void operator()(uint64_t* q) const { std::free(q); }
   };
   ThreadPool* pool_;
   size_t size_;
   int64_t pieces_;
+  ProbeMemory mode_;
   std::vector<char> touched_;
   std::unique_ptr<uint64_t, Free> buf_;
   size_t offset_ = 0;
   std::atomic<uint64_t> sink_{0};  // keeps the reads from being optimised away
 };
+
+ProbeMemory parse_probe_memory(const ParsedArgs& args) {
+  const std::string m = args.str("--probe-memory", "interleaved");
+  if (m == "interleaved") return ProbeMemory::interleaved;
+  if (m == "first") return ProbeMemory::first;
+  if (m == "last") return ProbeMemory::last;
+  fail("flag --probe-memory: '", m, "' is not interleaved, first or last");
+}
 
 // Times `iters` calls of `call(i)` (after `warmup` untimed ones), each paired
 // with a probe read of `bytes(i)` bytes, alternating which goes first.
@@ -429,7 +459,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   const size_t copies = resident ? 1 : std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
   ThreadPool* p = resident ? nullptr : &pool;
-  ReadProbe probe(p, given_bandwidth <= 0, int64_t(copies));
+  ReadProbe probe(p, given_bandwidth <= 0, int64_t(copies), parse_probe_memory(args));
   std::vector<OwnedWeights> mats(copies);
   pool.parallel_for(int64_t(copies), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -442,6 +472,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
       probe.touch(i);  // alongside the copy (see ReadProbe)
     }
   });
+  probe.touch_rest();
 
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   std::vector<float> x(size_t(max_batch * cols)), y(size_t(max_batch * rows));
@@ -539,7 +570,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     fail("flag --format: a ", format_name(format), " dsv4-flash layer needs ", layer_bytes / 1e9,
          " GB (plus the bandwidth probe's ", double(dram_working_set()) / 1e9, " GB); ", avail / 1e9,
          " GB of memory are available");
-  ReadProbe probe(&pool, given_bandwidth <= 0, 3 * (E + 1));
+  ReadProbe probe(&pool, given_bandwidth <= 0, 3 * (E + 1), parse_probe_memory(args));
   l.mats.resize(size_t(3 * (E + 1)));
   pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -549,6 +580,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
       probe.touch(i);  // alongside the matrix (see ReadProbe)
     }
   });
+  probe.touch_rest();
   for (int64_t e = 0; e <= E; ++e) {
     ExpertWeights ew{l.mats[size_t(3 * e)].view, l.mats[size_t(3 * e + 1)].view, l.mats[size_t(3 * e + 2)].view};
     if (e < E) w.experts.push_back(ew);

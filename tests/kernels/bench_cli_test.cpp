@@ -99,7 +99,7 @@ TEST(BenchCli, BadFlagsAreErrors) {
                            "moe --routing magic", "linear --isa sse9", "linear --fp8-scale e5m2", "warp",
                            "linear --backend warp_drive", "linear --isa ref --backend cpu_ref",
                            "moe --backend cpu_ref_int8", "moe --backend read --routing router",
-                           "linear --backend read --isa avx2"}) {
+                           "linear --backend read --isa avx2", "moe --probe-memory sometimes"}) {
     BenchRun r = run(args);
     EXPECT_EQ(r.status, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find("error"), std::string::npos) << args << ": " << r.out;
