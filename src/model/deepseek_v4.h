@@ -4,8 +4,12 @@
 //   X = embed(ids) repeated over N streams                     [n, N, D]
 //   for each layer: block_forward (hc + attention, hc + MoE)
 //   y = norm(hc_head(X));  logits = head(y)                    [n, V]
-// A prompt fed at once and fed token by token give the same logits: the
-// state (AttentionState per layer) holds exactly what later tokens read.
+// A step holds the tokens of several sequences: embedding, hyper-connections,
+// norms, projections, MoE and head run once over all of them; attention per
+// sequence (deepseek_v4_attention.h). A prompt fed at once, fed token by token
+// or fed beside other sequences gives the same logits, bit for bit: the state
+// (AttentionState per layer) holds exactly what later tokens read, and every
+// op computes a token's result without reference to the other tokens.
 #pragma once
 
 #include <memory>
@@ -25,11 +29,15 @@ namespace nibble {
 class DeepseekV4State : public ModelState {
  public:
   int64_t position() const override { return position_; }
+  int64_t truncate_floor() const override { return floor_; }
+  uint64_t memory_bytes() const override;
 
  private:
   friend class DeepseekV4Model;
   const void* owner_ = nullptr;            // the model that made it
   int64_t position_ = 0;
+  int64_t floor_ = 0;                      // max over layers of attention_truncate_floor
+  std::vector<int32_t> tokens_;            // every token fed: [position_] (for deep truncation)
   std::vector<AttentionState> layers_;
 };
 
@@ -46,11 +54,22 @@ class DeepseekV4Model : public Model {
   const DeepseekV4Config& config() const { return cfg_; }
 
   std::unique_ptr<ModelState> new_state() const override;
-  void forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits) const override;
+  std::unique_ptr<ModelState> fork(const ModelState& state) const override;
+  void truncate(ModelState& state, int64_t position) const override;
+  void step(std::span<const SeqStep> batch) const override;
+  int64_t step_token_budget() const override { return max_chunk_; }
 
  private:
-  // One chunk of at most max_chunk_ tokens; logits (if not null) of rows [first, n).
-  void forward_chunk(DeepseekV4State& st, std::span<const int32_t> tokens, int64_t first, float* logits) const;
+  // One sequence's part of a sub-step: tokens [from, from + count) of batch entry `seq`.
+  struct Part {
+    const SeqStep* seq;
+    DeepseekV4State* st;
+    int64_t from, count;
+  };
+  DeepseekV4State& state_of(const ModelState& s, int64_t id) const;
+  // One forward over at most max_chunk_ tokens (callers hold mu_).
+  void forward_parts(std::span<const Part> parts) const;
+  void update_floor(DeepseekV4State& st) const;
 
   std::string arch_ = "DeepseekV4ForCausalLM";
   std::unique_ptr<Checkpoint> ck_;  // owns the memory maps every view points into

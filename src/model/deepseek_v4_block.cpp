@@ -5,8 +5,8 @@
 namespace nibble {
 
 void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShape& as, const RopeTable& rope,
-                   const RopeTable& compress_rope, const int32_t* ids, int64_t n, int64_t p0, AttentionState& st,
-                   float* streams, ThreadPool* pool) {
+                   const RopeTable& compress_rope, const int32_t* ids, const int64_t* positions, int64_t n,
+                   std::span<const AttnSeq> seqs, float* streams, ThreadPool* pool) {
   const int64_t N = hc.streams, D = hc.hidden;
   std::vector<float> x(size_t(n * D)), y(size_t(n * D)), post(size_t(n * N)), comb(size_t(n * N * N));
 
@@ -20,7 +20,7 @@ void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShap
   }
   {
     PhaseTimer _(Phase::attention);
-    attention_forward(w.attn, as, rope, compress_rope, x.data(), n, p0, st, y.data(), pool);
+    attention_forward(w.attn, as, rope, compress_rope, x.data(), n, positions, seqs, y.data(), pool);
   }
   {
     PhaseTimer _(Phase::hc);

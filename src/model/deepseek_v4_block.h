@@ -4,6 +4,8 @@
 //   x, post, comb = hc_pre(X, hc_ffn);   X = hc_post(moe(ffn_norm(x), ids), X, post, comb)
 // The MoE sublayer (router, hash or score routing, clamped SwiGLU experts,
 // shared expert) is the fused kernel of kernels/moe.h that the plan chose.
+// A step's tokens of every sequence go through it together: everything but
+// attention's per-sequence part runs once over all of them.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +27,10 @@ struct BlockWeights {
   std::vector<int64_t> tid2eid;            // [vocab, top_k] aligned copy (hash layers)
 };
 
-// streams [n, N, D] of tokens p0 .. p0+n-1 (ids [n]) updated in place.
+// streams [T, N, D] of a step's tokens (ids [T] at positions [T]; `seqs`
+// partitions them by sequence, with this layer's state of each) updated in place.
 void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShape& as, const RopeTable& rope,
-                   const RopeTable& compress_rope, const int32_t* ids, int64_t n, int64_t p0, AttentionState& st,
-                   float* streams, ThreadPool* pool);
+                   const RopeTable& compress_rope, const int32_t* ids, const int64_t* positions, int64_t T,
+                   std::span<const AttnSeq> seqs, float* streams, ThreadPool* pool);
 
 }  // namespace nibble
