@@ -39,8 +39,11 @@ class Session {
 
   ModelState& state() { return *state_; }
 
- private:
+  // A session over an existing state (taken over), and the state back.
   Session(const Model& model, std::unique_ptr<ModelState> state) : model_(model), state_(std::move(state)) {}
+  std::unique_ptr<ModelState> release_state() { return std::move(state_); }
+
+ private:
   const Model& model_;
   std::unique_ptr<ModelState> state_;
 };
