@@ -39,6 +39,14 @@ struct StepInput {
   bool want_logits = true;               // false: advance the sequence, no logits
 };
 
+// What one step read (Engine::step with a report; benchmarks).
+struct StepReport {
+  int64_t tokens = 0;            // fed, over all sequences
+  int64_t forwards = 0;          // the step's split under the token budget
+  uint64_t weight_bytes = 0;     // every matrix once per forward, routed experts once per distinct pick
+  int64_t distinct_experts = 0;  // routed experts read, over layers and forwards
+};
+
 struct SamplingParams {
   float temperature = 1.0f;              // 0 = greedy (argmax; ties -> lowest id)
   int64_t top_k = 0;                     // 0 = off
@@ -64,6 +72,11 @@ struct GenerationResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// This machine's memory read bandwidth in GB/s: a read-only pass with
+// `threads` threads over a fresh buffer far past the last-level cache (best
+// of three). What benchmarks set decode speed against.
+double measure_memory_bandwidth_gbps(int threads);
+
 class Engine {
  public:
   // Opens a model folder (config.json, safetensors shards, tokenizer.json if
@@ -81,6 +94,7 @@ class Engine {
   int64_t bos_token_id() const;                   // -1 when none
   const std::vector<int64_t>& eos_token_ids() const;
   int64_t step_token_budget() const;
+  int threads() const;                            // CPU threads the forward uses
 
   // Text (needs tokenizer.json; throws otherwise).
   bool has_tokenizer() const;
@@ -104,8 +118,10 @@ class Engine {
   // whatever else is in the batch. Every input is checked first: a bad one
   // (unknown id, an id listed twice, a token outside the vocabulary, past
   // the context) throws naming the sequence and the value, and no sequence
-  // has changed.
-  std::vector<std::vector<float>> step(std::span<const StepInput> batch);
+  // has changed. With `report`, also counts the weight bytes the step read
+  // (routing each layer's tokens once more to count distinct experts: time
+  // steps without it).
+  std::vector<std::vector<float>> step(std::span<const StepInput> batch, StepReport* report = nullptr);
 
   // Samples a token from logits [vocab] with the sequence's own generator
   // (seeded by params.seed the first time it samples, or after reseed()).

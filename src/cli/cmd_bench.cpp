@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_decode.h"
 #include "cli/command.h"
 #include "device/device.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -678,8 +679,10 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
 }
 
 int run_bench(const std::vector<std::string>& argv) {
+  // `decode` benchmarks a whole model and has flags of its own.
+  if (!argv.empty() && argv[0] == "decode") return bench_decode(std::vector<std::string>(argv.begin() + 1, argv.end()));
   ParsedArgs args = parse_args(argv, kOptions);
-  const std::string usage = "nibble bench bandwidth|linear|moe [options]";
+  const std::string usage = "nibble bench bandwidth|linear|moe|decode [options]";
   if (args.help) {
     std::cout << format_help(usage,
                              "Measures the CPU kernels against memory bandwidth. `bandwidth` reads a\n"
@@ -703,7 +706,8 @@ int run_bench(const std::vector<std::string>& argv) {
   fail("unknown benchmark '", what, "' (bandwidth, linear, moe)");
 }
 
-RegisterCommand reg({"bench", "measure kernels against memory bandwidth (bandwidth, linear, moe)", run_bench});
+RegisterCommand reg({"bench", "measure kernels and models against memory bandwidth (bandwidth, linear, moe, decode)",
+                     run_bench});
 
 }  // namespace
 }  // namespace nibble::cli

@@ -17,6 +17,15 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
   w_ = bind_deepseek_v4_weights(*ck_, det, plan_, cfg_, options);
   rope_main_ = RopeTable(cfg_.rope_main, cfg_.rope_dim);
   rope_compress_ = RopeTable(cfg_.rope_compress, cfg_.rope_dim);
+  // What a forward reads besides the routed experts: the plan's bytes per
+  // token less the routed experts' share (top_k of them per token).
+  dense_bytes_ = plan_.bytes_per_token;
+  for (const GroupPlan& g : plan_.groups)
+    if (g.group == "routed_experts") dense_bytes_ -= g.bytes_per_token;
+  for (const BlockWeights& b : w_.layers) {
+    const ExpertWeights& e = b.moe.experts.at(0);
+    expert_bytes_.push_back(e.w1.bytes() + e.w3.bytes() + e.w2.bytes());
+  }
   hc_ = HcShape{cfg_.hc_mult, cfg_.hidden, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), cfg_.rms_eps};
   if (options.rollback_tokens < 0) fail("rollback_tokens must be >= 0, got ", options.rollback_tokens);
   attn_ = AttentionShape{cfg_.hidden, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.q_lora_rank,
@@ -74,7 +83,7 @@ void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
   st = std::move(static_cast<DeepseekV4State&>(*fresh));
 }
 
-void DeepseekV4Model::step(std::span<const SeqStep> batch) const {
+void DeepseekV4Model::step(std::span<const SeqStep> batch, StepStats* stats) const {
   // Every check before anything runs, so a bad entry leaves all states as they were.
   std::vector<Part> todo;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -110,7 +119,7 @@ void DeepseekV4Model::step(std::span<const SeqStep> batch) const {
       parts.push_back(Part{p.seq, p.st, p.from, take});
       used += take;
     }
-    forward_parts(parts);
+    forward_parts(parts, stats);
     // parts are todo[next], todo[next + 1], ... in order; only the last can be partial.
     for (const Part& done : parts) {
       Part& p = todo[next];
@@ -120,7 +129,7 @@ void DeepseekV4Model::step(std::span<const SeqStep> batch) const {
   }
 }
 
-void DeepseekV4Model::forward_parts(std::span<const Part> parts) const {
+void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
   const int64_t N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
   ThreadPool* pool = &pool_;
   // The step's tokens, sequence after sequence: ids, positions [T].
@@ -164,8 +173,18 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts) const {
       first += parts[i].count;
     }
     const bool compressed = cfg_.layer_types[size_t(l)] != AttnKind::sliding;
+    int64_t distinct = 0;
     block_forward(w_.layers[size_t(l)], hc_, attn_, compressed ? rope_compress_ : rope_main_, rope_compress_,
-                  ids.data(), positions.data(), n, seqs, streams.data(), pool);
+                  ids.data(), positions.data(), n, seqs, streams.data(), pool, stats ? &distinct : nullptr);
+    if (stats) {
+      stats->distinct_experts += distinct;
+      stats->weight_bytes += uint64_t(distinct) * expert_bytes_[size_t(l)];
+    }
+  }
+  if (stats) {
+    stats->tokens += n;
+    stats->sub_steps += 1;
+    stats->weight_bytes += dense_bytes_;
   }
   {
     int64_t first = 0;

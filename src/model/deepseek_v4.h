@@ -56,7 +56,8 @@ class DeepseekV4Model : public Model {
   std::unique_ptr<ModelState> new_state() const override;
   std::unique_ptr<ModelState> fork(const ModelState& state) const override;
   void truncate(ModelState& state, int64_t position) const override;
-  void step(std::span<const SeqStep> batch) const override;
+  using Model::step;
+  void step(std::span<const SeqStep> batch, StepStats* stats) const override;
   int64_t step_token_budget() const override { return max_chunk_; }
 
  private:
@@ -68,7 +69,7 @@ class DeepseekV4Model : public Model {
   };
   DeepseekV4State& state_of(const ModelState& s, int64_t id) const;
   // One forward over at most max_chunk_ tokens (callers hold mu_).
-  void forward_parts(std::span<const Part> parts) const;
+  void forward_parts(std::span<const Part> parts, StepStats* stats) const;
   void update_floor(DeepseekV4State& st) const;
 
   std::string arch_ = "DeepseekV4ForCausalLM";
@@ -80,6 +81,8 @@ class DeepseekV4Model : public Model {
   HcShape hc_;
   AttentionShape attn_;
   int64_t max_chunk_ = 256;
+  uint64_t dense_bytes_ = 0;               // per forward: every weight but the routed experts
+  std::vector<uint64_t> expert_bytes_;     // [layer] one routed expert's w1 + w3 + w2
   mutable std::mutex mu_;           // forward() uses pool_ and is not reentrant
   mutable ThreadPool pool_;
 };

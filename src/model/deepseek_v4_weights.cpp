@@ -291,7 +291,8 @@ BlockWeights bind_block(const Binder& b, const std::string& p, AttnKind kind, bo
   m.inter = c.moe_inter;
   m.n_experts = c.n_experts;
   m.top_k = c.top_k;
-  m.gate = weight_view(b.matrix(p + "ffn.gate", c.n_experts, c.hidden, "n_routed_experts x hidden_size"));
+  w.router = b.linear(p + "ffn.gate", c.n_experts, c.hidden, "n_routed_experts x hidden_size");
+  m.gate = w.router.w;
   if (hash) w.tid2eid = b.tid2eid(p + "ffn.gate.tid2eid", "hash-routed layer (num_hash_layers / mlp_layer_types)");
   else w.gate_bias = b.vec(p + "ffn.gate.bias", c.n_experts, "score-routed layer: n_routed_experts");
   m.scoring = c.scoring;

@@ -54,6 +54,14 @@ class ModelState {
 // Which logits one sequence of a step wants.
 enum class LogitRows { none, last, all };
 
+// What a step read, for benchmarks (Model::step with stats).
+struct StepStats {
+  int64_t tokens = 0;            // fed, over all sequences
+  int64_t sub_steps = 0;         // forwards the step was split into (token budget)
+  uint64_t weight_bytes = 0;     // weights read: every matrix once per forward, routed experts once per distinct pick
+  int64_t distinct_experts = 0;  // routed experts read, summed over layers and forwards
+};
+
 // One sequence's share of a forward step.
 struct SeqStep {
   ModelState* state = nullptr;
@@ -95,7 +103,10 @@ class Model {
   // would run past max_context(); logits wanted of no token or without a
   // buffer. Every input is checked before anything runs, so on such an error
   // no state has changed.
-  virtual void step(std::span<const SeqStep> batch) const = 0;
+  // With `stats`: also counts what it read (routes each layer's tokens a
+  // second time to count distinct experts, so time it without).
+  virtual void step(std::span<const SeqStep> batch, StepStats* stats) const = 0;
+  void step(std::span<const SeqStep> batch) const { step(batch, nullptr); }
   // Most tokens one step processes at once (bounds activation memory).
   virtual int64_t step_token_budget() const = 0;
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 
+#include "device/device.h"
 #include "model/registry.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
@@ -118,6 +119,9 @@ int64_t Engine::max_context() const { return impl_->model->max_context(); }
 int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
 int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
+int Engine::threads() const { return impl_->model->plan().device.cores; }
+
+double measure_memory_bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads); }
 
 bool Engine::has_tokenizer() const { return impl_->tokenizer != nullptr; }
 
@@ -183,7 +187,7 @@ size_t Engine::live_sequences() const {
   return impl_->seqs.size();
 }
 
-std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch) {
+std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, StepReport* report) {
   std::vector<SeqId> ids;
   for (const StepInput& in : batch) ids.push_back(in.seq);
   Impl::Busy busy(*impl_, ids);
@@ -202,7 +206,16 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch) {
       s.logits = out[i].data();
     }
   }
-  impl_->model->step(steps);
+  if (!report) {
+    impl_->model->step(steps);
+    return out;
+  }
+  StepStats stats;
+  impl_->model->step(steps, &stats);
+  report->tokens = stats.tokens;
+  report->forwards = stats.sub_steps;
+  report->weight_bytes = stats.weight_bytes;
+  report->distinct_experts = stats.distinct_experts;
   return out;
 }
 
