@@ -17,7 +17,15 @@
 
 namespace nibble {
 
+// Move-only: `moe` holds pointers into gate_bias / tid2eid, which a move
+// keeps valid (the vectors' buffers move with them) and a copy would not.
 struct BlockWeights {
+  BlockWeights() = default;
+  BlockWeights(const BlockWeights&) = delete;
+  BlockWeights& operator=(const BlockWeights&) = delete;
+  BlockWeights(BlockWeights&&) noexcept = default;
+  BlockWeights& operator=(BlockWeights&&) noexcept = default;
+
   std::vector<float> attn_norm, ffn_norm;  // [D]
   HcWeights hc_attn, hc_ffn;
   AttentionWeights attn;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <type_traits>
 
 #include "fixture_util.h"
 #include "kernels/registry.h"
@@ -21,6 +22,10 @@
 
 namespace nibble {
 namespace {
+
+// BlockWeights::moe points into the block's own vectors: a copy would dangle.
+static_assert(!std::is_copy_constructible_v<BlockWeights> && !std::is_copy_assignable_v<BlockWeights>);
+static_assert(std::is_nothrow_move_constructible_v<BlockWeights>);
 
 // Every kernel name the host can run (linear and MoE share names).
 std::vector<std::string> runnable_kernels() {
