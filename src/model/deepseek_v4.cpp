@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/cpu_backend.h"
 #include "model/forward_profile.h"
 #include "util/error.h"
 
@@ -9,7 +10,11 @@ namespace nibble {
 
 DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,
                                  const LoadOptions& options)
-    : ck_(std::move(ck)), plan_(std::move(plan)), max_chunk_(options.max_chunk_tokens), pool_(options.threads) {
+    : ck_(std::move(ck)),
+      plan_(std::move(plan)),
+      max_chunk_(options.max_chunk_tokens),
+      pool_(options.threads),
+      backend_(std::make_unique<CpuBackend>(&pool_)) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
     fail("device ", plan_.device.name, ": nibble can only run DeepSeek-V4 on this machine's CPU (device host)");
@@ -131,7 +136,6 @@ void DeepseekV4Model::step(std::span<const SeqStep> batch, StepStats* stats) con
 
 void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
   const int64_t N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
-  ThreadPool* pool = &pool_;
   // The step's tokens, sequence after sequence: ids, positions [T].
   std::vector<int32_t> ids;
   std::vector<int64_t> positions;
@@ -153,16 +157,14 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
   }
   const int64_t n = int64_t(ids.size());
   forward_profile_begin(n);
+  Backend& be = *backend_;
+  be.begin_step();
 
-  // Embedding, copied into each of the N residual streams: [n, N, D].
-  std::vector<float> streams(size_t(n * N * D));
+  // Embedding, copied into each of the N residual streams: [n, N*D].
+  Tensor streams = be.alloc(n, N * D);
   {
     PhaseTimer _(Phase::embed);
-    for (int64_t t = 0; t < n; ++t) {
-      float* x = streams.data() + t * N * D;
-      dequantize_row(w_.embed, ids[size_t(t)], x);
-      for (int64_t k = 1; k < N; ++k) std::copy(x, x + D, x + k * D);
-    }
+    be.embed(w_.embed, ids, N, streams);
   }
 
   std::vector<AttnSeq> seqs(parts.size());
@@ -174,8 +176,8 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
     }
     const bool compressed = cfg_.layer_types[size_t(l)] != AttnKind::sliding;
     int64_t distinct = 0;
-    block_forward(w_.layers[size_t(l)], hc_, attn_, compressed ? rope_compress_ : rope_main_, rope_compress_,
-                  ids.data(), positions.data(), n, seqs, streams.data(), pool, stats ? &distinct : nullptr);
+    block_forward(be, w_.layers[size_t(l)], hc_, attn_, compressed ? rope_compress_ : rope_main_, rope_compress_, ids,
+                  positions, seqs, streams, stats ? &distinct : nullptr);
     if (stats) {
       stats->distinct_experts += distinct;
       stats->weight_bytes += uint64_t(distinct) * expert_bytes_[size_t(l)];
@@ -199,24 +201,21 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
 
   // Only the rows whose logits are wanted go through the head: [rows, V].
   const int64_t rows = int64_t(logit_rows.size());
-  std::vector<float> picked(size_t(rows * N * D)), y(size_t(rows * D)), logits(size_t(rows * V));
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy(streams.begin() + logit_rows[size_t(r)] * N * D, streams.begin() + (logit_rows[size_t(r)] + 1) * N * D,
-              picked.begin() + r * N * D);
+  Tensor picked = be.alloc(rows, N * D), y = be.alloc(rows, D), logits = be.alloc(rows, V);
+  be.gather_rows(streams, logit_rows, picked);
   {
     PhaseTimer _(Phase::hc);
-    hc_head(w_.hc_head, hc_, picked.data(), rows, y.data(), pool);
+    be.hc_head(w_.hc_head, hc_, picked, y);
   }
   {
     PhaseTimer _(Phase::norm);
-    rms_norm(y.data(), rows, D, w_.norm.data(), cfg_.rms_eps, y.data());
+    be.rms_norm(y, w_.norm.data(), cfg_.rms_eps, y);
   }
   {
     PhaseTimer _(Phase::head);
-    w_.head.run(y.data(), rows, logits.data(), pool);
+    be.linear(w_.head, y, logits);
   }
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy(logits.begin() + r * V, logits.begin() + (r + 1) * V, logit_out[size_t(r)]);
+  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);
 }
 
 std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

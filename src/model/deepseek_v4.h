@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "model/deepseek_v4_config.h"
+#include "model/backend.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/model.h"
 #include "runtime/thread_pool.h"
@@ -83,8 +84,9 @@ class DeepseekV4Model : public Model {
   int64_t max_chunk_ = 256;
   uint64_t dense_bytes_ = 0;               // per forward: every weight but the routed experts
   std::vector<uint64_t> expert_bytes_;     // [layer] one routed expert's w1 + w3 + w2
-  mutable std::mutex mu_;           // forward() uses pool_ and is not reentrant
+  mutable std::mutex mu_;           // a step uses pool_ and backend_ and is not reentrant
   mutable ThreadPool pool_;
+  std::unique_ptr<Backend> backend_;  // runs every op of the forward (CpuBackend on pool_)
 };
 
 // The registry's loader for DeepseekV4ForCausalLM.

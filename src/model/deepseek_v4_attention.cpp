@@ -5,17 +5,16 @@
 #include <limits>
 #include <optional>
 
+#include "model/backend.h"
 #include "model/forward_profile.h"
 #include "runtime/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {
 
-namespace {
-
 // The grouped output projection: o [n, H*d] -> y [n, G*o_lora]. Group g's
 // slice o[:, g*Cg : (g+1)*Cg] meets rows g*o_lora .. of wo_a.
-void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, const float* o, int64_t n, float* y,
+void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const float* o, int64_t n, float* y,
                   ThreadPool* pool) {
   const int64_t G = s.o_groups, R = s.o_lora, Cg = s.heads * s.head_dim / G;
   std::vector<float> xg(size_t(n * Cg)), yg(size_t(n * R)), full;
@@ -37,14 +36,10 @@ void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, const float*
   }
 }
 
-}  // namespace
-
-namespace {
-
 // One sequence's window keys, compressed-entry selection and attention core:
 // q [count, H, d] and kv [count, d] of its new tokens -> o [count, H, d].
 // Also appends its rows to the compressors and its kv to the ring.
-void attend_one(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
+void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
                 const IndexerProjections* idx, float* o, ThreadPool* pool) {
   const int64_t H = s.heads, d = s.head_dim, W = s.window, n = seq.count, p0 = seq.p0;
@@ -123,65 +118,66 @@ void attend_one(const AttentionWeights& w, const AttentionShape& s, const RopeTa
   st.ring_high = std::max(st.ring_high, p0 + n);
 }
 
-}  // namespace
+void attention_forward(Backend& be, const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
+                       const RopeTable& compress_rope, Tensor x, std::span<const int64_t> positions,
+                       std::span<const AttnSeq> seqs, Tensor out) {
+  const int64_t T = x.rows, H = s.heads, d = s.head_dim;
+  const size_t mark = be.mark();
 
-void attention_forward(const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
-                       const RopeTable& compress_rope, const float* x, int64_t T, const int64_t* positions,
-                       std::span<const AttnSeq> seqs, float* out, ThreadPool* pool) {
-  const int64_t H = s.heads, d = s.head_dim;
-
-  // Queries of every token: [T, H, d].
-  std::vector<float> qr(size_t(T * s.q_lora)), q(size_t(T * H * d));
+  // Queries of every token: [T, H*d], per-head unweighted norm, RoPE.
+  Tensor qr = be.alloc(T, s.q_lora), q = be.alloc(T, H * d);
   {
     PhaseTimer _(Phase::attn_linear);
-    w.wq_a.run(x, T, qr.data(), pool);
+    be.linear(w.wq_a, x, qr);
   }
-  rms_norm(qr.data(), T, s.q_lora, w.q_norm.data(), s.rms_eps, qr.data());
+  be.rms_norm(qr, w.q_norm.data(), s.rms_eps, qr);
   {
     PhaseTimer _(Phase::attn_linear);
-    w.wq_b.run(qr.data(), T, q.data(), pool);
+    be.linear(w.wq_b, qr, q);
   }
-  rms_norm(q.data(), T * H, d, nullptr, s.rms_eps, q.data());
-  for (int64_t t = 0; t < T; ++t) rope.apply(q.data() + t * H * d, H, d, positions[t], false);
+  be.rms_norm(q.reshaped(d), nullptr, s.rms_eps, q.reshaped(d));
+  be.rope(rope, q, H, positions, false);
 
   // The shared key/value head of every token: [T, d].
-  std::vector<float> kv(size_t(T * d));
+  Tensor kv = be.alloc(T, d);
   {
     PhaseTimer _(Phase::attn_linear);
-    w.wkv.run(x, T, kv.data(), pool);
+    be.linear(w.wkv, x, kv);
   }
-  rms_norm(kv.data(), T, d, w.kv_norm.data(), s.rms_eps, kv.data());
-  for (int64_t t = 0; t < T; ++t) rope.apply(kv.data() + t * d, 1, d, positions[t], false);
+  be.rms_norm(kv, w.kv_norm.data(), s.rms_eps, kv);
+  be.rope(rope, kv, 1, positions, false);
 
   // The compressors' and the indexer's projections, once over all tokens.
-  std::vector<float> comp_kv, comp_score;
+  Tensor comp_kv, comp_score;
   if (w.compressor) {
     PhaseTimer _(Phase::compressor);
-    comp_kv.resize(size_t(T * w.compressor->width()));
-    comp_score.resize(comp_kv.size());
-    compressor_project(*w.compressor, x, T, comp_kv.data(), comp_score.data(), pool);
+    comp_kv = be.alloc(T, w.compressor->width());
+    comp_score = be.alloc(T, w.compressor->width());
+    be.linear(w.compressor->wkv, x, comp_kv);
+    be.linear(w.compressor->wgate, x, comp_score);
   }
   IndexerProjections idx;
   if (w.indexer) {
     PhaseTimer _(Phase::indexer);
-    indexer_project(*w.indexer, compress_rope, x, qr.data(), positions, T, idx, pool);
+    be.indexer_project(*w.indexer, compress_rope, x, qr, positions, idx);
   }
 
   // Per sequence: its window, compressed entries and attention core.
-  std::vector<float> o(size_t(T * H * d));
+  Tensor o = be.alloc(T, H * d);
   for (const AttnSeq& seq : seqs)
-    attend_one(w, s, compress_rope, seq, q.data() + seq.first * H * d, kv.data() + seq.first * d, comp_kv.data(),
-               comp_score.data(), w.indexer ? &idx : nullptr, o.data() + seq.first * H * d, pool);
+    be.attend(w, s, compress_rope, seq, q.slice(seq.first, seq.count), kv.slice(seq.first, seq.count), comp_kv,
+              comp_score, w.indexer ? &idx : nullptr, o.slice(seq.first, seq.count));
 
   // V carried RoPE: rotate the output back by the query's angle.
-  for (int64_t t = 0; t < T; ++t) rope.apply(o.data() + t * H * d, H, d, positions[t], /*inverse=*/true);
+  be.rope(rope, o, H, positions, /*inverse=*/true);
 
-  std::vector<float> y(size_t(T * s.o_groups * s.o_lora));
+  Tensor y = be.alloc(T, s.o_groups * s.o_lora);
   {
     PhaseTimer _(Phase::attn_linear);
-    grouped_wo_a(w.wo_a, s, o.data(), T, y.data(), pool);
-    w.wo_b.run(y.data(), T, out, pool);
+    be.grouped_wo_a(w.wo_a, s, o, y);
+    be.linear(w.wo_b, y, out);
   }
+  be.release_to(mark);
 }
 
 int64_t attention_truncate_floor(const AttentionWeights& w, const AttentionShape& s, const AttentionState& st) {

@@ -67,12 +67,26 @@ struct AttentionShape {
   int64_t rollback = 0;          // tokens truncate() must reach back without refeeding
 };
 
+class Backend;
+struct Tensor;
+struct IndexerProjections;
+
 // x [T, D] (the normed block input) of a step's tokens at `positions` [T]
-// -> out [T, D]. `seqs` partitions the T rows by sequence. rope: the layer's
-// flavour; compress_rope: for the compressor and indexer.
-void attention_forward(const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
-                       const RopeTable& compress_rope, const float* x, int64_t T, const int64_t* positions,
-                       std::span<const AttnSeq> seqs, float* out, ThreadPool* pool);
+// -> out [T, D], as a sequence of backend ops. `seqs` partitions the T rows
+// by sequence. rope: the layer's flavour; compress_rope: for the compressor
+// and indexer.
+void attention_forward(Backend& be, const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
+                       const RopeTable& compress_rope, Tensor x, std::span<const int64_t> positions,
+                       std::span<const AttnSeq> seqs, Tensor out);
+
+// The CPU implementations of the backend's attention ops (cpu_backend.cpp).
+// grouped_wo_a_cpu: o [n, H*d] -> y [n, G*o_lora]. attend_cpu: see Backend::attend
+// (q, kv, o of the sequence's own rows; comp_kv / comp_score of the step).
+void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const float* o, int64_t n, float* y,
+                      ThreadPool* pool);
+void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
+                const float* q, const float* kv, const float* comp_kv, const float* comp_score,
+                const IndexerProjections* idx, float* o, ThreadPool* pool);
 
 // The earliest position this layer's state can be truncated to without
 // refeeding, and the truncation itself (floor <= p <= current position).

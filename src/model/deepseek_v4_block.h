@@ -36,13 +36,17 @@ struct BlockWeights {
   std::vector<int64_t> tid2eid;            // [vocab, top_k] aligned copy (hash layers)
 };
 
-// streams [T, N, D] of a step's tokens (ids [T] at positions [T]; `seqs`
+class Backend;
+struct Tensor;
+
+// streams [T, N*D] of a step's tokens (ids [T] at positions [T]; `seqs`
 // partitions them by sequence, with this layer's state of each) updated in
-// place. distinct_experts (may be null): receives how many routed experts
-// the step's tokens selected, for benchmarks (routes the tokens once more).
-void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShape& as, const RopeTable& rope,
-                   const RopeTable& compress_rope, const int32_t* ids, const int64_t* positions, int64_t T,
-                   std::span<const AttnSeq> seqs, float* streams, ThreadPool* pool,
+// place, as a sequence of backend ops. distinct_experts (may be null):
+// receives how many routed experts the step's tokens selected, for
+// benchmarks (routes the tokens once more).
+void block_forward(Backend& be, const BlockWeights& w, const HcShape& hc, const AttentionShape& as,
+                   const RopeTable& rope, const RopeTable& compress_rope, std::span<const int32_t> ids,
+                   std::span<const int64_t> positions, std::span<const AttnSeq> seqs, Tensor streams,
                    int64_t* distinct_experts = nullptr);
 
 }  // namespace nibble
