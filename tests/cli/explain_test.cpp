@@ -95,6 +95,7 @@ TEST(Explain, FullSizeFlashSkeleton) {
 
 TEST(Explain, StockFixture) {
   json plan = explain_json(kFixtures + "dsv4_stock");
+  EXPECT_EQ(plan["backend"], "cpu");  // the CPU backend runs the forward on the host
   json routed = only_group(plan, "routed_experts");
   EXPECT_EQ(routed["format"], "mxfp4");
   EXPECT_TRUE(contains(routed["provenance"], "config.json expert_dtype \"fp4\"")) << routed["provenance"];
