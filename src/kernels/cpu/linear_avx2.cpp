@@ -212,10 +212,11 @@ inline void fp8_chunk(const uint8_t* p, int64_t n, __m256* lo, __m256* hi) {
 // every (row, token) pair runs the same operations for every R and T: per
 // 128-column tile, tmp = 0, two FMAs per 16 columns in column order, then
 // acc = fma(tmp, tile scale, acc); one horizontal sum at the end. (Before,
-// R * T > 2 multiplied the scale into the widened weights instead.) Past
-// R * T = 2 the temporaries and accumulators outnumber AVX2's 16 registers
-// and GCC keeps some on the stack; still faster than the scaled form: T = 2
-// / 3 / 4 / 8 at 13.0 / 10.5 / 8.7 / 4.4 GB/s against 10.7 / 9.1 / 7.9 /
+// R * T > 2 multiplied the scale into the widened weights instead.) From
+// R * T = 4 on, temporaries, accumulators and decoded weights reach AVX2's
+// 16 registers and GCC keeps some on the stack; still faster than the
+// scaled form: batch
+// 2 / 3 / 4 / 8 at 12.6 / 10.5 / 8.8 / 4.4 GB/s against 10.7 / 9.1 / 7.9 /
 // 3.9 (bench --resident 256 x 4096), and than one row at a time (10.8 /
 // 9.3 / 8.3 / 4.1).
 template <int R, int T>

@@ -252,9 +252,9 @@ inline void fp8_chunk(const uint8_t* p, int64_t n, __m512* lo, __m512* hi) {
 // at the end. (Before, R * T > 8 multiplied the scale into the weights
 // instead.) At R * T > 8 the R*T temporaries and accumulators do not all
 // fit in registers and GCC keeps accumulators (touched once per tile) on
-// the stack; still faster than scaling the weights: T = 3 / 4 / 8 at 12.4 /
-// 10.7 / 5.4 GB/s against 11.1 / 9.9 / 4.9 (bench --resident 256 x 4096),
-// and faster than fewer rows side by side (11.2 / 9.9 / 5.0 with two).
+// the stack; still faster than scaling the weights: batch 3 / 4 / 8 at
+// 12.3 / 10.7 / 5.4 GB/s against 11.0 / 9.8 / 4.9 (bench --resident 256 x
+// 4096), and than two rows side by side (11.2 / 9.9 / 5.0).
 template <int R, int T>
 void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/, int64_t cols,
               const uint8_t* const* acts, float* dots) {
