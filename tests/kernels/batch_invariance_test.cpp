@@ -8,7 +8,8 @@
 // the token's row from its own call. MoE layers also route the tokens
 // differently per batch (top-k over a small expert count, so tokens share
 // experts in changing groups; and hash routing whose table repeats
-// experts).
+// experts). A last test checks that the planner's default kernel for an op
+// does not change with the batch either.
 //
 // Why: batched forward steps put several sequences into one call, and a
 // sequence's tokens must not depend on which others were scheduled with it
@@ -251,6 +252,36 @@ TEST_P(MoeBatchInvariance, TokenRowsEqualTheTokenAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernel, MoeBatchInvariance, ::testing::ValuesIn(kernels_of(Op::moe)), kernel_test_name);
+
+// ---- kernel choice ------------------------------------------------------------
+
+// The planner picks one kernel per op and format for a plan (PlanOptions::
+// batch); if its choice changed with the batch, a batched step and a single
+// one would run different kernels and differ. Guard: on the CPU devices,
+// the default choice is the same for every batch the engine may step with.
+TEST(PlannerBatchInvariance, DefaultKernelDoesNotDependOnTheBatch) {
+  for (const std::string dev : {"host", "cpu-avx2", "cpu-avx512"}) {
+    const Device d = dev == "host" ? host() : named_device(dev, 2, 10.0);
+    for (Op op : {Op::linear, Op::moe})
+      for (Format f : {Format::mxfp4, Format::nvfp4, Format::fp8_block128, Format::bf16, Format::f32}) {
+        SCOPED_TRACE(dev + " " + op_name(op) + " " + format_name(f));
+        std::string first;
+        for (int64_t batch : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 70, 128, 512}) {
+          OpShape shape;
+          shape.op = op;
+          shape.format = f;
+          shape.rows = shape.cols = 4096;
+          shape.batch = batch;
+          shape.bytes = 4096.0 * 4096.0;
+          shape.flops = 2.0 * 4096.0 * 4096.0 * double(batch);
+          const Selection sel = select_kernel(kernel_registry(), shape, d);
+          ASSERT_NE(sel.chosen, nullptr);
+          if (first.empty()) first = sel.chosen->name;
+          EXPECT_EQ(sel.chosen->name, first) << "batch " << batch << ": " << sel.why;
+        }
+      }
+  }
+}
 
 }  // namespace
 }  // namespace nibble

@@ -212,10 +212,11 @@ inline void fp8_chunk(const uint8_t* p, int64_t n, __m256* lo, __m256* hi) {
 // every (row, token) pair runs the same operations for every R and T: per
 // 128-column tile, tmp = 0, two FMAs per 16 columns in column order, then
 // acc = fma(tmp, tile scale, acc); one horizontal sum at the end. (Before,
-// R * T > 2 multiplied the scale into the widened weights instead.) Past
-// R * T = 2 the temporaries and accumulators outnumber AVX2's 16 registers
-// and GCC keeps some on the stack; still faster than the scaled form: T = 2
-// / 3 / 4 / 8 at 13.0 / 10.5 / 8.7 / 4.4 GB/s against 10.7 / 9.1 / 7.9 /
+// R * T > 2 multiplied the scale into the widened weights instead.) From
+// R * T = 4 on, temporaries, accumulators and decoded weights reach AVX2's
+// 16 registers and GCC keeps some on the stack; still faster than the
+// scaled form: batch
+// 2 / 3 / 4 / 8 at 12.6 / 10.5 / 8.8 / 4.4 GB/s against 10.7 / 9.1 / 7.9 /
 // 3.9 (bench --resident 256 x 4096), and than one row at a time (10.8 /
 // 9.3 / 8.3 / 4.1).
 template <int R, int T>
@@ -228,17 +229,17 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
     const __m256 s = _mm256_set1_ps(tile_scale[c0 / 128]);
     const int64_t width = cols - c0 < 128 ? cols - c0 : 128;
     const uint8_t* row[R];
-    for (int r = 0; r < R; ++r) {
-      row[r] = w0 + r * ldw + c0;
-      for (int64_t col = 0; col < width; col += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(row[r] + col + kPrefetch), _MM_HINT_T0);
-    }
+    for (int r = 0; r < R; ++r) row[r] = w0 + r * ldw + c0;
     __m256 tmp[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) tmp[r][t] = _mm256_setzero_ps();
     auto chunk = [&](int64_t col, int64_t n) {
       __m256 lo[R], hi[R];
-      for (int r = 0; r < R; ++r) fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+      for (int r = 0; r < R; ++r) {
+        // One line per 64 columns, as they are consumed (see the AVX-512 file).
+        if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(row[r] + col + kPrefetch), _MM_HINT_T0);
+        fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+      }
       for (int t = 0; t < T; ++t) {
         const float* xt = reinterpret_cast<const float*>(acts[t]) + c0 + col;
         const __m256 xl = _mm256_load_ps(xt), xh = _mm256_load_ps(xt + 8);

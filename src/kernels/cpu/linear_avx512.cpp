@@ -252,9 +252,9 @@ inline void fp8_chunk(const uint8_t* p, int64_t n, __m512* lo, __m512* hi) {
 // at the end. (Before, R * T > 8 multiplied the scale into the weights
 // instead.) At R * T > 8 the R*T temporaries and accumulators do not all
 // fit in registers and GCC keeps accumulators (touched once per tile) on
-// the stack; still faster than scaling the weights: T = 3 / 4 / 8 at 12.4 /
-// 10.7 / 5.4 GB/s against 11.1 / 9.9 / 4.9 (bench --resident 256 x 4096),
-// and faster than fewer rows side by side (11.2 / 9.9 / 5.0 with two).
+// the stack; still faster than scaling the weights: batch 3 / 4 / 8 at
+// 12.3 / 10.7 / 5.4 GB/s against 11.0 / 9.8 / 4.9 (bench --resident 256 x
+// 4096), and than two rows side by side (11.2 / 9.9 / 5.0).
 template <int R, int T>
 void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/, int64_t cols,
               const uint8_t* const* acts, float* dots) {
@@ -265,24 +265,25 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
     const __m512 s = _mm512_set1_ps(tile_scale[c0 / 128]);
     const int64_t width = cols - c0 < 128 ? cols - c0 : 128;
     const uint8_t* row[R];
-    for (int r = 0; r < R; ++r) {
-      row[r] = w0 + r * ldw + c0;
-      // kPrefetch ahead in this row; near its end, into the same row of the
-      // next block of R (rows are contiguous): memory is consumed in that
-      // order, and each 4 KB row is its own page, so the hardware
-      // prefetcher (which stops at page boundaries) restarts on every row.
-      if (kPrefetch)
-        for (int64_t col = 0; col < width; col += 64) {
-          const uint8_t* ahead = row[r] + col + kPrefetch + (c0 + col + kPrefetch < cols ? 0 : (R - 1) * ldw);
-          _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-        }
-    }
+    for (int r = 0; r < R; ++r) row[r] = w0 + r * ldw + c0;
     __m512 tmp[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) tmp[r][t] = _mm512_setzero_ps();
     auto chunk = [&](int64_t col, int64_t n) {
       __m512 lo[R], hi[R];
-      for (int r = 0; r < R; ++r) fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+      for (int r = 0; r < R; ++r) {
+        // kPrefetch ahead in this row; near its end, into the same row of
+        // the next block of R (rows are contiguous): memory is consumed in
+        // that order, and each 4 KB row is its own page, so the hardware
+        // prefetcher (which stops at page boundaries) restarts on every
+        // row. One line per 64 columns, as they are consumed (all of a
+        // tile's lines at its start lost 10% of DRAM decode speed).
+        if (kPrefetch && (col & 63) == 0) {
+          const uint8_t* ahead = row[r] + col + kPrefetch + (c0 + col + kPrefetch < cols ? 0 : (R - 1) * ldw);
+          _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+        }
+        fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+      }
       for (int t = 0; t < T; ++t) {
         const float* xt = reinterpret_cast<const float*>(acts[t]) + c0 + col;
         const __m512 xl = _mm512_load_ps(xt), xh = _mm512_load_ps(xt + 16);
