@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 

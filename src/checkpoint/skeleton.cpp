@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_writer.h"

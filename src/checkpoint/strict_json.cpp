@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 

@@ -8,6 +8,8 @@
 
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/skeleton.h"
 #include "test_util.h"
