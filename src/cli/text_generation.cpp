@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "model/registry.h"

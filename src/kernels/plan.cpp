@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "format/element.h"
 #include "kernels/moe_routing.h"
