@@ -58,8 +58,10 @@ bool read_message(std::string& message, bool quiet) {
   std::string line;
   bool first = true;
   while (true) {
+    if (interrupted()) return false;  // Ctrl-C just after a reply ended: at the prompt
     if (!quiet) std::fputs(first ? "> " : ". ", stderr);
     if (!std::getline(std::cin, line)) return !message.empty() && !interrupted();
+    if (interrupted()) return false;  // the line arrived together with a Ctrl-C
     if (!line.empty() && line.back() == '\\') {
       line.pop_back();
       message += line + "\n";

@@ -109,7 +109,8 @@ InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const 
   std::string out;
   char buf[4096];
   bool eof = false;
-  while (!eof && out.find(wait_for) == std::string::npos) {
+  auto seen = [&] { return !out.empty() && out.find(wait_for) != std::string::npos; };
+  while (!eof && !seen()) {
     const double left = timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (left <= 0) break;
     pollfd p{out_pipe[0], POLLIN, 0};
@@ -118,7 +119,7 @@ InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const 
     if (n <= 0) eof = true;
     else out.append(buf, size_t(n));
   }
-  if (!eof && out.find(wait_for) != std::string::npos) {
+  if (!eof && seen()) {
     run.interrupted = true;
     run.out_at_interrupt = out;
     kill(pid, SIGINT);

@@ -24,7 +24,7 @@ RunResult run_nibble(const std::vector<std::string>& args, const std::string& in
                      const std::string& stdout_path = "");
 
 // Starts nibble with pipes, writes `first_input` to its stdin, waits until
-// its stdout holds `wait_for` (at most `timeout_s`), sends SIGINT, writes
+// its stdout holds `wait_for` (any byte if empty; at most `timeout_s`), sends SIGINT, writes
 // `then_input`, closes stdin and collects the rest. `interrupted` is set
 // when the SIGINT was sent (wait_for appeared in time).
 struct InterruptRun {
