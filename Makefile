@@ -27,11 +27,13 @@ build-asan: deps $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 # Runs nibble on the model the repository ships (models/dsv4-tiny): how it
-# would run it, then a short greedy continuation.
-PROMPT ?= ROMEO.
+# would run it, then a short greedy continuation. PROMPT may hold \n (printf
+# %b), and defaults to the prompt of docs/shipped_model.md's first example,
+# so the text can be compared with it (and with greedy_reference.json).
+PROMPT ?= ROMEO.\n
 run: build
 	$(BUILD)/nibble explain models/dsv4-tiny
-	$(BUILD)/nibble run -p "$(PROMPT)" -n 64 --temp 0
+	printf '%b' '$(PROMPT)' | $(BUILD)/nibble run -p - -n 64 --temp 0
 
 # Unit and CLI tests, once optimized and once under AddressSanitizer + UBSan.
 test: test-release test-asan

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -42,6 +43,7 @@
 #include "cli/args.h"
 #include "cli/usage_error.h"
 #include "cli/command.h"
+#include "cli/load_flags.h"
 #include "device/device.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_cpu.h"
@@ -304,7 +306,13 @@ Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int thread
   }
   if (args.has("--isa") && args.str("--isa") != "auto") {
     if (args.has("--backend") && want != "auto") usage_fail("flags --isa and --backend: give one of them");
-    want = std::string("cpu_") + cpu_isa_name(parse_cpu_isa(args.str("--isa")));
+    try {
+      want = std::string("cpu_") + cpu_isa_name(parse_cpu_isa(args.str("--isa")));
+    } catch (const Error& e) {
+      usage_fail(e.what());  // a name that is not an ISA: the flag's value is wrong
+    }
+  } else {
+    check_backend_name("--backend", want, shape.op == Op::moe);
   }
   // The host as the planner sees it; the bandwidth only scales the cost
   // estimates, so a nominal one spares a probe.
@@ -344,7 +352,7 @@ void print(const Result& r, bool json) {
                         {"backend", r.backend},
                         {"threads", r.threads},
                         {"batch", r.batch},
-                        {"bytes", r.bytes},
+                        {"bytes", int64_t(std::llround(r.bytes))},  // weight bytes per call (a mean for moe)
                         {"iters", r.iters},
                         {"time_ms_median", r.time.median_ms},
                         {"time_ms_min", r.time.min_ms},
@@ -437,6 +445,10 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const Format format = parse_weight_format(args, "fp8_block128");
   const int64_t rows = args.integer("--rows", 4096, 1, 1 << 20);
   const int64_t cols = args.integer("--cols", 4096, 1, 1 << 20);
+  // FP4 blocks run along the input features: a partial block cannot be stored.
+  if (const int64_t block = format == Format::mxfp4 ? 32 : format == Format::nvfp4 ? 16 : 1; cols % block)
+    usage_fail("flag --cols: ", format_name(format), " stores blocks of ", block, " input features; ", cols,
+               " is not a multiple of ", block);
   const Fp8ScaleType fp8 = parse_fp8_scale(args);
   const std::vector<int64_t> batches = parse_batches(args);
   const bool resident = args.has("--resident");

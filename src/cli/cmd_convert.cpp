@@ -47,7 +47,7 @@ const char* kDescription =
     "                  counted. Metadata: ModelOpt's current schema.\n"
     "  NVFP4 -> MXFP4  re-quantization, lossy in general: the error is reported.\n"
     "                  Metadata: DeepSeek's expert_dtype \"fp4\".\n"
-    "  BF16  -> either round-to-nearest quantization (formats.md).\n"
+    "  BF16  -> either round-to-nearest quantization (docs/formats.md).\n"
     "\n"
     "NVFP4 .input_scale: a data-free bound on the activation, not a calibrated value\n"
     "(see docs/convert.md); W4A16 kernels ignore it.\n"
