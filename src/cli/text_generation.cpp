@@ -131,7 +131,7 @@ Completion stream_completion(const TextModel& tm, Session& session, std::span<co
     g.sampler.context.assign(prompt.begin(), prompt.end());
   auto show = [&](const std::string& piece) {
     c.text += piece;
-    if (piece.empty()) return;
+    if (piece.empty() || !out) return;
     errno = 0;
     if (std::fputs(piece.c_str(), out) < 0 || std::fflush(out) != 0 || std::ferror(out))
       fail("writing the generated text to ", out == stdout ? "stdout" : "the output", " failed",

@@ -57,8 +57,9 @@ struct Completion {
 };
 
 // Generates from `prompt` (fed at the session's position) and writes the
-// text to `out` as it comes, cut at the first of `stop_strings`. Stops early
-// at Ctrl-C. A failed write to `out` is an error (naming stdout).
+// text to `out` as it comes (nothing when `out` is null), cut at the first of
+// `stop_strings`. Stops early at Ctrl-C. A failed write to `out` is an error
+// (naming stdout).
 Completion stream_completion(const TextModel& tm, Session& session, std::span<const int32_t> prompt,
                              const GenerateOptions& gen, const std::vector<std::string>& stop_strings,
                              std::FILE* out);

@@ -169,6 +169,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
     if (id < 0) id = dist.back().first;
   }
   record(id);
+  if (config_.observe) config_.observe(logits, vocab, id);
   return id;
 }
 

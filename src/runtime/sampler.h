@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,6 +31,10 @@ struct SamplerConfig {
   // The tokens before generation (prompt, or the whole conversation) that
   // repetition_penalty also covers.
   std::vector<int32_t> context;
+  // Called by sample() with the logits it drew from (penalties applied,
+  // before temperature and the filters) and the id it returned; for
+  // per-token log-probabilities (`nibble run --json --n-probs`).
+  std::function<void(const float* logits, int64_t vocab, int32_t chosen)> observe;
 };
 
 class Sampler {

@@ -6,6 +6,8 @@
 // texts themselves are checked against transformers in tests/model.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -241,6 +243,44 @@ TEST(CliText, AFileIsNotAModelDir) {
   EXPECT_FALSE(contains(fp8.out, "unquantized")) << fp8.out.substr(0, 300);
   EXPECT_TRUE(contains(fp8.out, "no config.json")) << fp8.out.substr(0, 300);
   EXPECT_TRUE(contains(fp8.out, "fp8")) << fp8.out.substr(0, 2000);  // the tensors still say what they are
+}
+
+// --json's log-probabilities against a full forward over prompt + reply
+// (`nibble logits`), log-softmaxed here; its text against the streamed run.
+TEST(CliText, RunJsonReportsTokensTextAndLogprobs) {
+  RunResult streamed = run_nibble(cat({"run", "-p", "ROMEO.", "-n", "6"}, kGreedy));
+  RunResult r = run_nibble(cat({"run", "-p", "ROMEO.", "-n", "6", "--json", "--n-probs", "3"}, kGreedy));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["text"].get<std::string>() + "\n", streamed.out);
+  EXPECT_EQ(j["stop_reason"], "max_tokens");
+  const auto prompt = j["prompt_tokens"].get<std::vector<int32_t>>();
+  const auto tokens = j["tokens"].get<std::vector<int32_t>>();
+  ASSERT_EQ(tokens.size(), 6u);
+  ASSERT_EQ(j["logprobs"].size(), 6u);
+  std::string ids;
+  for (int32_t t : prompt) ids += std::to_string(t) + ",";
+  for (size_t i = 0; i + 1 < tokens.size(); ++i) ids += std::to_string(tokens[i]) + ",";
+  ids.pop_back();
+  RunResult logits = run_nibble({"logits", kShipped, "--tokens", ids, "--out", "-", "-t", "2"});
+  ASSERT_EQ(logits.exit_code, 0) << logits.err;
+  const size_t vocab = 4096;
+  ASSERT_EQ(logits.out.size(), (prompt.size() + tokens.size() - 1) * vocab * 4);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<float> row(vocab);
+    std::memcpy(row.data(), logits.out.data() + (prompt.size() - 1 + i) * vocab * 4, vocab * 4);
+    double max = row[0], sum = 0;
+    for (float v : row) max = std::max(max, double(v));
+    for (float v : row) sum += std::exp(double(v) - max);
+    const double log_z = max + std::log(sum);
+    const json& t = j["logprobs"][i];
+    EXPECT_EQ(t["id"], tokens[i]);
+    EXPECT_NEAR(t["logprob"].get<double>(), double(row[size_t(tokens[i])]) - log_z, 1e-4) << i;
+    ASSERT_EQ(t["top"].size(), 3u);
+    EXPECT_EQ(t["top"][0]["id"], tokens[i]);  // greedy: the chosen one is the most likely
+    for (const auto& alt : t["top"])
+      EXPECT_NEAR(alt["logprob"].get<double>(), double(row[alt["id"].get<size_t>()]) - log_z, 1e-4);
+  }
 }
 
 }  // namespace
