@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build/fuzz
 FUZZ_TIME  ?= 60
 CMAKE_GEN  := -G Ninja
 
-.PHONY: all deps build build-asan run test test-release test-asan fixtures fuzz bench clean
+.PHONY: all deps build build-asan run install test test-release test-asan fixtures fuzz bench clean
 
 all: build
 
@@ -34,6 +34,11 @@ PROMPT ?= ROMEO.\n
 run: build
 	$(BUILD)/nibble explain models/dsv4-tiny
 	printf '%b' '$(PROMPT)' | $(BUILD)/nibble run -p - -n 64 --temp 0
+
+# Installs nibble and the shipped model under PREFIX (bin/, share/nibble/).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Unit and CLI tests, once optimized and once under AddressSanitizer + UBSan.
 test: test-release test-asan

@@ -283,5 +283,21 @@ TEST(CliText, RunJsonReportsTokensTextAndLogprobs) {
   }
 }
 
+// An installed nibble (PREFIX/bin) runs the model installed beside it
+// (PREFIX/share/nibble/models/dsv4-tiny), not the build tree's.
+TEST(CliText, DefaultModelIsFoundRelativeToTheBinary) {
+  TempDir prefix;
+  fs::create_directories(prefix.path() / "bin");
+  fs::create_directories(prefix.path() / "share/nibble/models");
+  fs::copy_file(NIBBLE_BINARY, prefix.path() / "bin/nibble");
+  fs::create_directory_symlink(kRandom, prefix.path() / "share/nibble/models/dsv4-tiny");
+  const std::string cmd = (prefix.path() / "bin/nibble").string() + " run -p hello -n 2 --json -t 2 2>/dev/null > " +
+                          prefix.str("out.json");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(prefix.str("out.json"));
+  const json j = json::parse(in);
+  EXPECT_EQ(j["model"], (prefix.path() / "share/nibble/models/dsv4-tiny").string());
+}
+
 }  // namespace
 }  // namespace nibble::testing
