@@ -17,6 +17,7 @@
 
 #include "cli/command.h"
 #include "cli/interrupt.h"
+#include "cli/line_reader.h"
 #include "cli/text_generation.h"
 #include "tokenizer/chat_dsv4.h"
 #include "tokenizer/utf8.h"
@@ -51,16 +52,15 @@ const char* kChatHelp =
     "  /exit    quit (also end of input, or Ctrl-C at the prompt)\n"
     "end a line with \\ to continue the message on the next line; Ctrl-C stops a reply\n";
 
-// One user message from stdin: lines ending in '\\' continue on the next
-// (the backslash becomes a newline). False at end of input or Ctrl-C.
-bool read_message(std::string& message, bool quiet) {
+// One user message: lines ending in '\\' continue on the next (the
+// backslash becomes a newline). False at end of input or Ctrl-C.
+bool read_message(LineReader& in, std::string& message, bool quiet) {
   message.clear();
   std::string line;
   bool first = true;
   while (true) {
     if (interrupted()) return false;  // Ctrl-C just after a reply ended: at the prompt
-    if (!quiet) std::fputs(first ? "> " : ". ", stderr);
-    if (!std::getline(std::cin, line)) return !message.empty() && !interrupted();
+    if (!in.read(quiet ? "" : first ? "> " : ". ", line)) return !message.empty() && !interrupted();
     if (interrupted()) return false;  // the line arrived together with a Ctrl-C
     if (!line.empty() && line.back() == '\\') {
       line.pop_back();
@@ -69,6 +69,7 @@ bool read_message(std::string& message, bool quiet) {
       continue;
     }
     message += line;
+    in.remember(message);
     return true;
   }
 }
@@ -108,9 +109,10 @@ int run_chat(const std::vector<std::string>& argv) {
   Session session(*tm.model);
   std::vector<int32_t> cached;  // the tokens the caches hold, in order
 
+  LineReader reader(/*interactive=*/!quiet);
   std::string line;
   while (true) {
-    if (!read_message(line, quiet)) {
+    if (!read_message(reader, line, quiet)) {
       if (interrupted() && !quiet) std::fputs("\n", stderr);
       break;
     }

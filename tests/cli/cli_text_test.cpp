@@ -6,12 +6,20 @@
 // texts themselves are checked against transformers in tests/model.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 
 #include "cli_util.h"
 #include "tokenizer/tokenizer.h"
@@ -297,6 +305,58 @@ TEST(CliText, DefaultModelIsFoundRelativeToTheBinary) {
   std::ifstream in(prefix.str("out.json"));
   const json j = json::parse(in);
   EXPECT_EQ(j["model"], (prefix.path() / "share/nibble/models/dsv4-tiny").string());
+}
+
+// On a terminal: editline reads the line, Ctrl-C (the tty's interrupt
+// character, so a real SIGINT to the process group) stops the reply, the up
+// arrow recalls the last message, and Ctrl-C at the prompt quits cleanly.
+TEST(CliText, TerminalChatHasHistoryAndCtrlC) {
+  int fd = -1;
+  const pid_t pid = forkpty(&fd, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(NIBBLE_BINARY, "nibble", "chat", kShipped.c_str(), "-n", "300", "-t", "2", (char*)nullptr);
+    _exit(127);
+  }
+  std::string seen;
+  auto read_until = [&](const std::string& what, size_t from, double timeout_s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (seen.find(what, from) == std::string::npos &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < timeout_s) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      seen.append(buf, size_t(n));
+    }
+    return seen.find(what, from) != std::string::npos;
+  };
+  auto type = [&](const std::string& keys) { ASSERT_EQ(::write(fd, keys.data(), keys.size()), ssize_t(keys.size())); };
+  ASSERT_TRUE(read_until("> ", 0, 30)) << seen;
+  type("Good morrow\r");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  type("\x03");
+  EXPECT_TRUE(read_until("reply stopped (Ctrl-C)", 0, 30)) << seen;
+  const size_t stopped = seen.find("reply stopped");
+  ASSERT_TRUE(read_until("> ", stopped, 30)) << seen;
+  const size_t mark = seen.find("> ", stopped) + 2;
+  type("\x1b[A");  // up arrow: the last message comes back
+  EXPECT_TRUE(read_until("Good morrow", mark, 10)) << seen.substr(mark);
+  type("\x15");    // Ctrl-U: drop it again
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  type("\x03");    // Ctrl-C at the prompt: quit
+  read_until("never printed", mark, 3);
+  int status = 0;
+  for (int i = 0; i < 100 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (waitpid(pid, &status, WNOHANG) == 0 && !WIFEXITED(status)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "chat did not quit at Ctrl-C: " << seen;
+  }
+  ::close(fd);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << seen;
 }
 
 }  // namespace
