@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build/fuzz
 FUZZ_TIME  ?= 60
 CMAKE_GEN  := -G Ninja
 
-.PHONY: all deps build build-asan run test test-release test-asan fixtures fuzz bench clean
+.PHONY: all deps build build-asan run install test test-release test-asan fixtures fuzz bench clean
 
 all: build
 
@@ -27,11 +27,18 @@ build-asan: deps $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 # Runs nibble on the model the repository ships (models/dsv4-tiny): how it
-# would run it, then a short greedy continuation.
-PROMPT ?= ROMEO.
+# would run it, then a short greedy continuation. PROMPT may hold \n (printf
+# %b), and defaults to the prompt of docs/shipped_model.md's first example,
+# so the text can be compared with it (and with greedy_reference.json).
+PROMPT ?= ROMEO.\n
 run: build
 	$(BUILD)/nibble explain models/dsv4-tiny
-	$(BUILD)/nibble run -p "$(PROMPT)" -n 64 --temp 0
+	printf '%b' '$(PROMPT)' | $(BUILD)/nibble run -p - -n 64 --temp 0
+
+# Installs nibble and the shipped model under PREFIX (bin/, share/nibble/).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Unit and CLI tests, once optimized and once under AddressSanitizer + UBSan.
 test: test-release test-asan

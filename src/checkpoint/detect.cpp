@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -150,7 +150,9 @@ Metadata read_metadata(const Checkpoint& ck) {
   else if (m.quant_method == "fp8" && !m.expert_dtype.empty())
     m.schema = "DeepSeek-V4 (fp8 quantization_config + expert_dtype " + m.expert_dtype + ")";
   else if (!m.quant_method.empty()) m.schema = "quantization_config quant_method " + m.quant_method;
-  else m.schema = "none (unquantized)";
+  else if (!std::filesystem::exists(cfg_path))
+    m.schema = "none (no config.json; the formats come from the tensors alone)";
+  else m.schema = "none in config.json (the formats come from the tensors alone)";
   return m;
 }
 

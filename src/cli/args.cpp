@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "util/error.h"
+#include "cli/usage_error.h"
 
 namespace nibble::cli {
 
@@ -49,8 +49,8 @@ int64_t ParsedArgs::integer(const std::string& name, int64_t fallback, int64_t m
   char* end = nullptr;
   long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE)
-    fail("flag ", name, ": '", text, "' is not an integer");
-  if (v < min || v > max) fail("flag ", name, ": ", v, " is outside [", min, ", ", max, "]");
+    usage_fail("flag ", name, ": '", text, "' is not an integer");
+  if (v < min || v > max) usage_fail("flag ", name, ": ", v, " is outside [", min, ", ", max, "]");
   return v;
 }
 
@@ -61,8 +61,8 @@ double ParsedArgs::number(const std::string& name, double fallback, double min, 
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !std::isfinite(v))
-    fail("flag ", name, ": '", text, "' is not a number");
-  if (v < min || v > max) fail("flag ", name, ": ", v, " is outside [", min, ", ", max, "]");
+    usage_fail("flag ", name, ": '", text, "' is not a number");
+  if (v < min || v > max) usage_fail("flag ", name, ": ", v, " is outside [", min, ", ", max, "]");
   return v;
 }
 
@@ -73,6 +73,21 @@ std::vector<std::string> ParsedArgs::list(const std::string& name) const {
 
 ParsedArgs parse_args(const std::vector<std::string>& args, const std::vector<OptionSpec>& specs) {
   ParsedArgs out;
+  // -h/--help anywhere (before "--") wins over every other mistake on the
+  // line: someone asking for help should get it, not an error about the flag
+  // they were unsure of. A value that happens to be "-h" (`-p -h`) still counts
+  // as a value.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a == "-h" || a == "--help") {
+      out.help = true;
+      return out;
+    }
+    std::string long_name;
+    const OptionSpec* spec = a.find('=') == std::string::npos ? find_spec(specs, a, &long_name) : nullptr;
+    if (spec && !spec->metavar.empty()) ++i;  // skip its value
+  }
   bool only_positional = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -97,14 +112,15 @@ ParsedArgs parse_args(const std::vector<std::string>& args, const std::vector<Op
     }
     std::string long_name;
     const OptionSpec* spec = find_spec(specs, name, &long_name);
-    if (!spec) fail("unknown flag ", name, " (see --help)");
+    if (!spec) usage_fail("unknown flag ", name, " (see --help)");
     if (spec->metavar.empty()) {
-      if (inline_value) fail("flag ", name, " takes no value");
+      if (inline_value) usage_fail("flag ", name, " takes no value");
       out.values[long_name] = "1";
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= args.size()) fail("flag ", name, " needs a value (", spec->metavar, ")");
+      if (i + 1 >= args.size())
+        usage_fail("flag ", name, name == long_name ? "" : " (" + long_name + ")", " needs a value (", spec->metavar, ")");
       value = args[++i];
     }
     out.values[long_name] = value;

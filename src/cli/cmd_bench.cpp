@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -41,7 +42,9 @@
 
 #include "cli/args.h"
 #include "cli/bench_decode.h"
+#include "cli/usage_error.h"
 #include "cli/command.h"
+#include "cli/load_flags.h"
 #include "device/device.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_cpu.h"
@@ -233,7 +236,7 @@ ProbeMemory parse_probe_memory(const ParsedArgs& args) {
   if (m == "interleaved") return ProbeMemory::interleaved;
   if (m == "first") return ProbeMemory::first;
   if (m == "last") return ProbeMemory::last;
-  fail("flag --probe-memory: '", m, "' is not interleaved, first or last");
+  usage_fail("flag --probe-memory: '", m, "' is not interleaved, first or last");
 }
 
 // Times `iters` calls of `call(i)` (after `warmup` untimed ones), each paired
@@ -286,7 +289,7 @@ struct Backend {
 // --cpu-clock: only meaningful when the calling thread does all the work.
 bool cpu_clock_flag(const ParsedArgs& args, const ThreadPool& pool) {
   if (!args.has("--cpu-clock")) return false;
-  if (pool.size() != 1) fail("flag --cpu-clock: needs --threads 1 (the thread's CPU clock sees only its own work)");
+  if (pool.size() != 1) usage_fail("flag --cpu-clock: needs --threads 1 (the thread's CPU clock sees only its own work)");
   return true;
 }
 
@@ -294,7 +297,7 @@ Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int thread
   std::string want = args.str("--backend", "auto");
   if (want == "read") {
     // Not a registry kernel: the read-only stand-ins (kernels/cpu/read_only.h).
-    if (args.has("--isa")) fail("flags --isa and --backend: give one of them");
+    if (args.has("--isa")) usage_fail("flags --isa and --backend: give one of them");
     Backend b;
     b.name = "read";
     b.isa = best_cpu_isa(host_cpu_features());
@@ -303,8 +306,14 @@ Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int thread
     return b;
   }
   if (args.has("--isa") && args.str("--isa") != "auto") {
-    if (args.has("--backend") && want != "auto") fail("flags --isa and --backend: give one of them");
-    want = std::string("cpu_") + cpu_isa_name(parse_cpu_isa(args.str("--isa")));
+    if (args.has("--backend") && want != "auto") usage_fail("flags --isa and --backend: give one of them");
+    try {
+      want = std::string("cpu_") + cpu_isa_name(parse_cpu_isa(args.str("--isa")));
+    } catch (const Error& e) {
+      usage_fail(e.what());  // a name that is not an ISA: the flag's value is wrong
+    }
+  } else {
+    check_backend_name("--backend", want, shape.op == Op::moe);
   }
   // The host as the planner sees it; the bandwidth only scales the cost
   // estimates, so a nominal one spares a probe.
@@ -344,7 +353,7 @@ void print(const Result& r, bool json) {
                         {"backend", r.backend},
                         {"threads", r.threads},
                         {"batch", r.batch},
-                        {"bytes", r.bytes},
+                        {"bytes", int64_t(std::llround(r.bytes))},  // weight bytes per call (a mean for moe)
                         {"iters", r.iters},
                         {"time_ms_median", r.time.median_ms},
                         {"time_ms_min", r.time.min_ms},
@@ -381,7 +390,7 @@ std::vector<int64_t> parse_batches(const ParsedArgs& args) {
     char* end = nullptr;
     long long v = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v < 1 || v > 4096)
-      fail("flag --batch: '", item, "' is not a batch size in [1, 4096]");
+      usage_fail("flag --batch: '", item, "' is not a batch size in [1, 4096]");
     out.push_back(v);
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -393,7 +402,7 @@ Format parse_weight_format(const ParsedArgs& args, const char* fallback) {
   const std::string name = args.str("--format", fallback);
   auto f = parse_format(name);
   if (!f || *f == Format::int_index)
-    fail("flag --format: unknown weight format '", name, "' (mxfp4, nvfp4, fp8_block128, bf16, f32)");
+    usage_fail("flag --format: unknown weight format '", name, "' (mxfp4, nvfp4, fp8_block128, bf16, f32)");
   return *f;
 }
 
@@ -401,7 +410,7 @@ Fp8ScaleType parse_fp8_scale(const ParsedArgs& args) {
   const std::string s = args.str("--fp8-scale", "ue8m0");
   if (s == "ue8m0") return Fp8ScaleType::ue8m0;
   if (s == "f32") return Fp8ScaleType::f32;
-  fail("flag --fp8-scale: '", s, "' is not ue8m0 or f32");
+  usage_fail("flag --fp8-scale: '", s, "' is not ue8m0 or f32");
 }
 
 // ---- bench bandwidth ----------------------------------------------------------
@@ -437,6 +446,10 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const Format format = parse_weight_format(args, "fp8_block128");
   const int64_t rows = args.integer("--rows", 4096, 1, 1 << 20);
   const int64_t cols = args.integer("--cols", 4096, 1, 1 << 20);
+  // FP4 blocks run along the input features: a partial block cannot be stored.
+  if (const int64_t block = format == Format::mxfp4 ? 32 : format == Format::nvfp4 ? 16 : 1; cols % block)
+    usage_fail("flag --cols: ", format_name(format), " stores blocks of ", block, " input features; ", cols,
+               " is not a multiple of ", block);
   const Fp8ScaleType fp8 = parse_fp8_scale(args);
   const std::vector<int64_t> batches = parse_batches(args);
   const bool resident = args.has("--resident");
@@ -522,14 +535,14 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   if (args.has("--shared-format")) {
     auto f = parse_format(args.str("--shared-format"));
     if (!f || *f == Format::int_index)
-      fail("flag --shared-format: unknown weight format '", args.str("--shared-format"), "'");
+      usage_fail("flag --shared-format: unknown weight format '", args.str("--shared-format"), "'");
     shared_format = *f;
   }
   const std::string preset = args.str("--preset", "dsv4-flash");
-  if (preset != "dsv4-flash") fail("flag --preset: unknown preset '", preset, "' (dsv4-flash)");
+  if (preset != "dsv4-flash") usage_fail("flag --preset: unknown preset '", preset, "' (dsv4-flash)");
   const std::string routing = args.str("--routing", "random");
   if (routing != "random" && routing != "shared" && routing != "router")
-    fail("flag --routing: '", routing, "' is not random, shared or router");
+    usage_fail("flag --routing: '", routing, "' is not random, shared or router");
   const Fp8ScaleType fp8 = parse_fp8_scale(args);
   const std::vector<int64_t> batches = parse_batches(args);
 
@@ -552,7 +565,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const Backend backend = resolve_backend(args, shape, pool.size());
   const MoeFn fn = backend.moe;
   if (backend.name == "read" && routing == "router")
-    fail("flags --backend read and --routing router: the read-only layer has no router scores to route by (use random or shared)");
+    usage_fail("flags --backend read and --routing router: the read-only layer has no router scores to route by (use random or shared)");
   const bool cpu_clock = cpu_clock_flag(args, pool);
   const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   MoeLayer l;
@@ -694,7 +707,7 @@ int run_bench(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() != 1) fail("expected one of bandwidth, linear, moe (usage: ", usage, ")");
+  if (args.positional.size() != 1) usage_fail("expected one of bandwidth, linear, moe (usage: ", usage, ")");
   const int threads = int(args.integer("--threads", 0, 0, 4096));
   const bool json = args.has("--json");
   given_bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
@@ -703,7 +716,7 @@ int run_bench(const std::vector<std::string>& argv) {
   ThreadPool pool(threads);
   if (what == "linear") return bench_linear(args, pool, json);
   if (what == "moe") return bench_moe(args, pool, json);
-  fail("unknown benchmark '", what, "' (bandwidth, linear, moe)");
+  usage_fail("unknown benchmark '", what, "' (bandwidth, linear, moe)");
 }
 
 RegisterCommand reg({"bench", "measure kernels and models against memory bandwidth (bandwidth, linear, moe, decode)",

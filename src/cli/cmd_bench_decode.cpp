@@ -20,6 +20,7 @@
 
 #include "cli/args.h"
 #include "cli/human.h"
+#include "cli/usage_error.h"
 #include "nibble/engine.h"
 #include "util/error.h"
 
@@ -48,7 +49,7 @@ std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v < 1 || v > 4096)
-      fail(flag, ": '", item, "' is not a count between 1 and 4096 (in '", text, "')");
+      usage_fail(flag, ": '", item, "' is not a count between 1 and 4096 (in '", text, "')");
     out.push_back(v);
     at = comma + 1;
   }
@@ -105,7 +106,7 @@ int bench_decode(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() > 1) fail("expected at most one MODEL_DIR (usage: ", usage, ")");
+  if (args.positional.size() > 1) usage_fail("expected at most one MODEL_DIR (usage: ", usage, ")");
   const std::string dir =
       args.positional.empty() ? std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny" : args.positional[0];
   const std::vector<int64_t> counts = parse_list(args.str("--sequences", "1,2,4,8,16"), "--sequences");
@@ -123,7 +124,7 @@ int bench_decode(const std::vector<std::string>& argv) {
   auto engine = Engine::load(dir, opt);
   const int64_t V = engine->vocab_size();
   if (prompt + steps + 2 > engine->max_context())
-    fail("--prompt-tokens ", prompt, " + -n ", steps, " do not fit the model's context of ", engine->max_context());
+    usage_fail("--prompt-tokens ", prompt, " + -n ", steps, " do not fit the model's context of ", engine->max_context());
   const std::string bw_source = given_bw > 0 ? "--bandwidth flag" : "measured";
   if (!json)
     std::printf("# %s, %d threads, prompts of %lld tokens, %lld decode steps per row\n"

@@ -6,15 +6,21 @@
 // reply and the new user turn). Otherwise (thinking mode drops old
 // reasoning; a reply that re-tokenizes differently) the caches start over.
 // Either way the reply equals a fresh run over the conversation. Lines
-// "/reset" and "/exit" are commands.
+// starting with '/' are commands (/help lists them); a line ending in '\'
+// continues on the next one. A line that is not UTF-8 is refused and the
+// conversation stays as it was. Ctrl-C stops a reply (what was generated is
+// kept) and returns to the prompt; Ctrl-C at the prompt quits.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "cli/command.h"
+#include "cli/interrupt.h"
+#include "cli/line_reader.h"
 #include "cli/text_generation.h"
 #include "tokenizer/chat_dsv4.h"
+#include "tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -31,10 +37,41 @@ std::vector<OptionSpec> options() {
 }
 
 // The generated tokens without the stop token that ended them, if one did.
+bool quiet_flag(const ParsedArgs& args) { return args.has("--quiet"); }
+
 std::vector<int32_t> without_stop_token(const GenerateResult& r) {
   std::vector<int32_t> reply = r.tokens;
   if (r.reason == StopReason::stop_token && !reply.empty()) reply.pop_back();
   return reply;
+}
+
+const char* kChatHelp =
+    "commands:\n"
+    "  /help    this list\n"
+    "  /reset   start a new conversation (the system prompt stays)\n"
+    "  /exit    quit (also end of input, or Ctrl-C at the prompt)\n"
+    "end a line with \\ to continue the message on the next line; Ctrl-C stops a reply\n";
+
+// One user message: lines ending in '\\' continue on the next (the
+// backslash becomes a newline). False at end of input or Ctrl-C.
+bool read_message(LineReader& in, std::string& message, bool quiet) {
+  message.clear();
+  std::string line;
+  bool first = true;
+  while (true) {
+    if (interrupted()) return false;  // Ctrl-C just after a reply ended: at the prompt
+    if (!in.read(quiet ? "" : first ? "> " : ". ", line)) return !message.empty() && !interrupted();
+    if (interrupted()) return false;  // the line arrived together with a Ctrl-C
+    if (!line.empty() && line.back() == '\\') {
+      line.pop_back();
+      message += line + "\n";
+      first = false;
+      continue;
+    }
+    message += line;
+    in.remember(message);
+    return true;
+  }
 }
 
 int run_chat(const std::vector<std::string>& argv) {
@@ -44,13 +81,16 @@ int run_chat(const std::vector<std::string>& argv) {
   if (args.help) {
     std::cout << format_help(usage,
                              "Chats on stdin/stdout: each line is a user message, the reply is\n"
-                             "streamed back. '/reset' starts over, '/exit' (or end of input) quits.\n"
-                             "Without MODEL_DIR it runs the model shipped in the repository.",
+                             "streamed back. Without MODEL_DIR it runs the model shipped with nibble.\n\n" +
+                                 std::string(kChatHelp),
                              specs);
     return 0;
   }
-  TextModel tm = load_text_model(args);
+  TextModel tm = load_text_model(args, usage);
   GenerateOptions gen = generation_options(args, tm);
+  if (!quiet_flag(args)) std::fprintf(stderr, "[nibble] loaded %s in %.3f s; /help lists the commands\n",
+                                      tm.dir.c_str(), tm.load_seconds);
+  install_interrupt_handler();
   const bool quiet = args.has("--quiet");
   ChatEncodeOptions co;
   co.mode = args.has("--think") ? ThinkingMode::Thinking : ThinkingMode::Chat;
@@ -69,11 +109,18 @@ int run_chat(const std::vector<std::string>& argv) {
   Session session(*tm.model);
   std::vector<int32_t> cached;  // the tokens the caches hold, in order
 
+  LineReader reader(/*interactive=*/!quiet);
   std::string line;
   while (true) {
-    if (!quiet) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line)) break;
+    if (!read_message(reader, line, quiet)) {
+      if (interrupted() && !quiet) std::fputs("\n", stderr);
+      break;
+    }
     if (line == "/exit") break;
+    if (line == "/help") {
+      std::fputs(kChatHelp, stderr);
+      continue;
+    }
     if (line == "/reset") {
       start();
       session.reset();
@@ -81,15 +128,22 @@ int run_chat(const std::vector<std::string>& argv) {
       continue;
     }
     if (line.empty()) continue;
+    if (size_t bad = utf8_first_invalid(line); bad < line.size()) {
+      // Refused before it joins the conversation: the next line goes on from
+      // where the conversation was.
+      std::fprintf(stderr, "[nibble] line refused: invalid UTF-8 at byte %zu of the line; the conversation is "
+                   "unchanged\n", bad);
+      continue;
+    }
     ChatMessage user;
     user.role = ChatRole::User;
     user.content = line;
     messages.push_back(user);
     const std::vector<int32_t> ids = tm.tokenizer.encode(encode_dsv4_chat(messages, co));
-    if (int64_t(ids.size()) > tm.model->max_context()) {
+    if (int64_t(ids.size()) > tm.context) {
       // Refused before anything runs: the conversation stays as it was.
-      std::fprintf(stderr, "[nibble] the conversation would take %zu tokens but the model's context holds %lld; "
-                   "'/reset' starts a new one\n", ids.size(), (long long)tm.model->max_context());
+      std::fprintf(stderr, "[nibble] the conversation would take %zu tokens but the context holds %lld; "
+                   "'/reset' starts a new one\n", ids.size(), (long long)tm.context);
       messages.pop_back();
       continue;
     }
@@ -102,10 +156,19 @@ int run_chat(const std::vector<std::string>& argv) {
     }
     const std::vector<int32_t> feed(ids.begin() + std::ptrdiff_t(cached.size()), ids.end());
 
-    Completion c = stream_completion(tm, session, feed, gen, args.list("--stop"), stdout);
+    GenerateOptions turn = fit_to_context(gen, tm, int64_t(cached.size()), int64_t(feed.size()));
+    turn.sampler.context = ids;  // --repeat-penalty covers the whole conversation
+    Completion c = stream_completion(tm, session, feed, turn, args.list("--stop"), stdout);
+    c.context_cap = turn.max_new_tokens < gen.max_new_tokens && c.result.reason == StopReason::max_tokens &&
+                    c.stop_string.empty();
     const GenerateResult& r = c.result;
     std::fputs("\n", stdout);
     std::fflush(stdout);
+    if (c.interrupted) {
+      // The reply so far stays in the conversation, as shown.
+      clear_interrupt();
+      if (!quiet) std::fputs("[nibble] reply stopped (Ctrl-C); what was generated is kept\n", stderr);
+    }
     if (!quiet) {
       print_generation_stats(c);
       std::fprintf(stderr, "[nibble] %s: %zu of %zu conversation tokens were already cached\n",
@@ -116,7 +179,8 @@ int run_chat(const std::vector<std::string>& argv) {
 
     // The reply joins the history as shown (cut at a stop string; its EOS is
     // written by the chat encoding).
-    const std::string text = c.stop_string.empty() ? tm.tokenizer.decode(without_stop_token(r)) : c.text;
+    const std::string text =
+        c.stop_string.empty() && !c.interrupted ? tm.tokenizer.decode(without_stop_token(r)) : c.text;
     ChatMessage assistant;
     assistant.role = ChatRole::Assistant;
     try {

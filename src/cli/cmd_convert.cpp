@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/human.h"
 #include "convert/cancel.h"
@@ -46,7 +47,7 @@ const char* kDescription =
     "                  counted. Metadata: ModelOpt's current schema.\n"
     "  NVFP4 -> MXFP4  re-quantization, lossy in general: the error is reported.\n"
     "                  Metadata: DeepSeek's expert_dtype \"fp4\".\n"
-    "  BF16  -> either round-to-nearest quantization (formats.md).\n"
+    "  BF16  -> either round-to-nearest quantization (docs/formats.md).\n"
     "\n"
     "NVFP4 .input_scale: a data-free bound on the activation, not a calibrated value\n"
     "(see docs/convert.md); W4A16 kernels ignore it.\n"
@@ -164,20 +165,20 @@ int run_convert(const std::vector<std::string>& argv) {
     std::cout << format_help(usage, kDescription, kOptions);
     return 0;
   }
-  if (args.positional.size() != 2) fail("expected SRC and DST (usage: ", usage, ")");
+  if (args.positional.size() != 2) usage_fail("expected SRC and DST (usage: ", usage, ")");
   ConvertOptions opt;
   opt.src = args.positional[0];
   opt.dst = args.positional[1];
   const std::string to = args.str("--to");
-  if (to.empty()) fail("--to is required: nvfp4 or mxfp4");
+  if (to.empty()) usage_fail("--to is required: nvfp4 or mxfp4");
   if (to == "nvfp4") opt.target = Format::nvfp4;
   else if (to == "mxfp4") opt.target = Format::mxfp4;
-  else fail("--to ", to, ": expected nvfp4 or mxfp4");
+  else usage_fail("--to ", to, ": expected nvfp4 or mxfp4");
   const std::string mtp = args.str("--mtp-experts", "auto");
   if (mtp == "auto") opt.mtp = MtpExperts::auto_;
   else if (mtp == "keep") opt.mtp = MtpExperts::keep;
   else if (mtp == "convert") opt.mtp = MtpExperts::convert;
-  else fail("--mtp-experts ", mtp, ": expected auto, keep or convert");
+  else usage_fail("--mtp-experts ", mtp, ": expected auto, keep or convert");
   opt.force = args.has("--force");
   opt.threads = int(args.integer("--threads", 2, 1, 256));
   opt.jobs = int(args.integer("--jobs", 2, 1, 64));

@@ -2,6 +2,8 @@
 // where it came from, the kernel chosen for it on the device and every
 // rejected alternative with its reason, bytes read per decoded token and the
 // bandwidth-bound tokens/s.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -9,7 +11,9 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "cli/args.h"
+#include "cli/usage_error.h"
 #include "cli/command.h"
+#include "cli/load_flags.h"
 #include "cli/human.h"
 #include "kernels/plan.h"
 #include "util/error.h"
@@ -23,9 +27,17 @@ const std::vector<OptionSpec> kOptions = {
     {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
     {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
     {"--batch", "N", "tokens per decode step to plan for (default 1)"},
-    {"--threads", "N", "CPU threads (default: all)"},
+    {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--bandwidth", "GBPS", "memory bandwidth to assume instead of measuring it (host) or the nominal one"},
 };
+
+// Groups that need a kernel and have none on the device.
+std::vector<const GroupPlan*> unplanned_groups(const Plan& plan) {
+  std::vector<const GroupPlan*> out;
+  for (const auto& g : plan.groups)
+    if (g.has_op && !g.selection.chosen) out.push_back(&g);
+  return out;
+}
 
 nlohmann::json plan_json(const Plan& plan) {
   nlohmann::json groups = nlohmann::json::array();
@@ -80,7 +92,8 @@ void print_plan(const std::string& path, const Plan& plan) {
   std::printf("metadata  %s\n", plan.metadata_schema.c_str());
   std::printf("device    %s%s: %s\n          %d %s, %.1f GB/s read bandwidth (%s)\n\n", d.name.c_str(),
               d.hypothetical ? " (hypothetical)" : "", d.description.c_str(), d.cores,
-              d.kind == DeviceKind::cpu ? "threads" : "SMs", d.bandwidth_gbps, d.bandwidth_source.c_str());
+              d.kind == DeviceKind::cpu ? (d.cores == 1 ? "thread" : "threads") : (d.cores == 1 ? "SM" : "SMs"),
+              d.bandwidth_gbps, d.bandwidth_source.c_str());
   if (plan.backend.empty())
     std::printf("backend   none: nibble has no backend for %s yet; only its kernels are planned\n\n", d.name.c_str());
   else
@@ -99,8 +112,17 @@ void print_plan(const std::string& path, const Plan& plan) {
     for (const auto& r : g.selection.rejected) std::printf("    not %s: %s\n", r.kernel.c_str(), r.reason.c_str());
     if (!g.note.empty()) std::printf("    note: %s\n", g.note.c_str());
   }
-  std::printf("\ndecode reads %s of weights per token -> at most %.2f tokens/s at %.1f GB/s\n",
-              human_bytes(double(plan.bytes_per_token)).c_str(), plan.bound_tokens_per_s, d.bandwidth_gbps);
+  const auto missing = unplanned_groups(plan);
+  if (missing.empty()) {
+    std::printf("\ndecode reads %s of weights per token -> at most %.2f tokens/s at %.1f GB/s\n",
+                human_bytes(double(plan.bytes_per_token)).c_str(), plan.bound_tokens_per_s, d.bandwidth_gbps);
+  } else {
+    // No bound: a model that cannot run has no speed.
+    std::printf("\nNOT RUNNABLE on %s: %zu tensor group(s) have no kernel:", d.name.c_str(), missing.size());
+    for (size_t i = 0; i < missing.size(); ++i)
+      std::printf("%s %s (%s)", i ? "," : "", missing[i]->group.c_str(), op_name(missing[i]->op));
+    std::printf("\n");
+  }
   for (const auto& w : plan.warnings) std::printf("warning: %s\n", w.c_str());
 }
 
@@ -118,20 +140,50 @@ int run_explain(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() != 1) fail("expected one MODEL_DIR (usage: ", usage, ")");
-  int threads = int(args.integer("--threads", 0, 0, 4096));
+  if (args.positional.size() != 1) usage_fail("expected one MODEL_DIR (usage: ", usage, ")");
+  int threads = threads_arg(args);
   double bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
   PlanOptions opt;
   opt.moe_backend = args.str("--moe-backend", "auto");
   opt.linear_backend = args.str("--linear-backend", "auto");
+  check_backend_name("--moe-backend", opt.moe_backend, true);
+  check_backend_name("--linear-backend", opt.linear_backend, false);
   opt.batch = args.integer("--batch", 1, 1, 1 << 20);
+  const std::string device_name = args.str("--device", "host");
+  const auto devices = named_device_list();
+  if (std::find(devices.begin(), devices.end(), device_name) == devices.end()) {
+    std::string known;
+    for (const auto& n : devices) known += (known.empty() ? "" : ", ") + n;
+    usage_fail("flag --device: unknown device '", device_name, "' (known: ", known, ")");
+  }
 
   auto ck = Checkpoint::open(args.positional[0]);
   Detection det = detect_formats(*ck);
-  Device device = named_device(args.str("--device", "host"), threads, bandwidth);
+  // The tokens/s bound needs this machine's bandwidth: measured here (the
+  // only command besides bench that does), and said so.
+  const bool measures = device_name == "host" && bandwidth <= 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (measures) std::fprintf(stderr, "[nibble] measuring memory bandwidth (--bandwidth GBPS skips this)...\n");
+  Device device = named_device(device_name, threads, bandwidth);
+  if (measures)
+    std::fprintf(stderr, "[nibble] measured %.1f GB/s in %.2f s\n", device.bandwidth_gbps,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   Plan plan = make_plan(*ck, det, device, opt);
-  if (args.has("--json")) std::cout << plan_json(plan).dump(2) << "\n";
-  else print_plan(ck->path(), plan);
+  const auto missing = unplanned_groups(plan);
+  if (args.has("--json")) {
+    nlohmann::json j = plan_json(plan);
+    j["runnable"] = missing.empty();
+    if (!missing.empty()) j["bound_tokens_per_s"] = nullptr;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    print_plan(ck->path(), plan);
+  }
+  if (!missing.empty()) {
+    std::fprintf(stderr, "nibble explain: error: %zu tensor group(s) have no kernel on %s (first: %s); "
+                 "nibble cannot run this model there yet\n", missing.size(), device.name.c_str(),
+                 missing[0]->group.c_str());
+    return 1;
+  }
   return 0;
 }
 

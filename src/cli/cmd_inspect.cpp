@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "cli/args.h"
+#include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/human.h"
 #include "util/error.h"
@@ -30,7 +31,7 @@ int run_inspect(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() != 1) fail("expected one PATH (usage: ", usage, ")");
+  if (args.positional.size() != 1) usage_fail("expected one PATH (usage: ", usage, ")");
   auto ck = Checkpoint::open(args.positional[0]);
   Detection det = detect_formats(*ck);
 

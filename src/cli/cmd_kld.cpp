@@ -24,7 +24,9 @@
 #include <sstream>
 
 #include "cli/args.h"
+#include "cli/usage_error.h"
 #include "cli/command.h"
+#include "cli/load_flags.h"
 #include "cli/text_generation.h"
 #include "model/registry.h"
 #include "runtime/kl_divergence.h"
@@ -43,8 +45,9 @@ const std::vector<OptionSpec> kOptions = {
     {"--base-linear-backend", "NAME", "kernel of the base run's other matrix ops (default cpu_ref)"},
     {"--moe-backend", "NAME", "routed-experts kernel of the test run (default auto)"},
     {"--linear-backend", "NAME", "kernel of the test run's other matrix ops (default auto)"},
-    {"--threads", "N", "CPU threads (default: all)"},
-    {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: measured at start)"},
+    {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
+    {"-t,--threads", "N", "CPU threads (default: all)"},
+    {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: not measured; it does not change the CPU plan)"},
     {"--json", "", "print one JSON object instead of the report"},
 };
 
@@ -107,13 +110,12 @@ int run_kld(const std::vector<std::string>& argv) {
         kOptions);
     return 0;
   }
-  if (args.positional.size() > 1) fail("expected at most one MODEL_DIR (usage: ", usage, ")");
-  if (!args.has("--text")) fail("--text is required (usage: ", usage, ")");
+  const std::string dir = model_dir_arg(args, /*shipped_default=*/true, usage);
+  if (!args.has("--text")) usage_fail("--text is required (usage: ", usage, ")");
   const std::string text_path = args.str("--text");
   const int64_t max_positions = args.integer("--tokens", INT64_MAX, 1, INT64_MAX);
   const int64_t ctx_flag = args.has("--ctx") ? args.integer("--ctx", 0, 2, int64_t(1) << 40) : 0;
   const bool json = args.has("--json");
-  const std::string dir = args.positional.empty() ? shipped_model_dir() : args.positional[0];
   const std::string text = read_text_file(text_path);  // before the slow loads: a bad path fails fast
 
   const std::string tok_path = dir + "/tokenizer.json";
@@ -126,10 +128,15 @@ int run_kld(const std::vector<std::string>& argv) {
 
   Side base{args.str("--base-moe-backend", "cpu_ref"), args.str("--base-linear-backend", "cpu_ref"), nullptr, 0};
   Side test{args.str("--moe-backend", "auto"), args.str("--linear-backend", "auto"), nullptr, 0};
+  check_backend_name("--base-moe-backend", base.moe_flag, true);
+  check_backend_name("--base-linear-backend", base.linear_flag, false);
+  check_backend_name("--moe-backend", test.moe_flag, true);
+  check_backend_name("--linear-backend", test.linear_flag, false);
+  const int threads = threads_arg(args);
   for (Side* s : {&base, &test}) {
     LoadOptions opt;
-    opt.threads = int(args.integer("--threads", 0, 0, 4096));
-    opt.bandwidth_gbps = args.number("--bandwidth", 0, 0.001, 1e6);  // 0: measured once per process
+    opt.threads = threads;
+    opt.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
     opt.plan.moe_backend = s->moe_flag;
     opt.plan.linear_backend = s->linear_flag;
     try {

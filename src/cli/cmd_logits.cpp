@@ -1,7 +1,8 @@
 // `nibble logits MODEL_DIR --tokens 1,2,3 --out FILE`: one full forward over
 // the given token ids; writes raw little-endian f32 logits [n_tokens][vocab]
 // (the format tests and comparison scripts read). The file appears complete
-// or not at all: it is written under a temporary name and renamed.
+// or not at all: it is written under a temporary name and renamed. `--out -`
+// writes to stdout instead.
 #include <bit>
 #include <cstdio>
 #include <filesystem>
@@ -9,21 +10,23 @@
 #include <iostream>
 
 #include "cli/args.h"
+#include "cli/usage_error.h"
 #include "cli/command.h"
+#include "cli/load_flags.h"
 #include "model/registry.h"
 #include "util/error.h"
 
 namespace nibble::cli {
 namespace {
 
-const std::vector<OptionSpec> kOptions = {
-    {"--tokens", "IDS", "comma-separated token ids, e.g. 0,17,42 (required)"},
-    {"--out", "FILE", "where to write the f32 logits [n_tokens][vocab] (required)"},
-    {"--threads", "N", "CPU threads (default: all)"},
-    {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
-    {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
-    {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: measured at start)"},
-};
+std::vector<OptionSpec> options() {
+  std::vector<OptionSpec> o = {
+      {"--tokens", "IDS", "comma-separated token ids, e.g. 0,17,42 (required)"},
+      {"--out", "FILE", "where to write the f32 logits [n_tokens][vocab]; - = stdout (required)"},
+  };
+  for (auto& spec : model_load_options()) o.push_back(spec);
+  return o;
+}
 
 std::vector<int32_t> parse_tokens(const std::string& s) {
   std::vector<int32_t> out;
@@ -32,7 +35,7 @@ std::vector<int32_t> parse_tokens(const std::string& s) {
     size_t j = s.find(',', i);
     if (j == std::string::npos) j = s.size();
     const std::string item = s.substr(i, j - i);
-    if (item.empty()) fail("--tokens: empty entry at position ", out.size(), " in '", s, "'");
+    if (item.empty()) usage_fail("--tokens: empty entry at position ", out.size(), " in '", s, "'");
     size_t used = 0;
     long long v = 0;
     try {
@@ -41,7 +44,7 @@ std::vector<int32_t> parse_tokens(const std::string& s) {
       used = 0;
     }
     if (used != item.size() || v < 0 || v > INT32_MAX)
-      fail("--tokens: '", item, "' (entry ", out.size(), ") is not a token id");
+      usage_fail("--tokens: '", item, "' (entry ", out.size(), ") is not a token id");
     out.push_back(int32_t(v));
     i = j + 1;
   }
@@ -49,6 +52,7 @@ std::vector<int32_t> parse_tokens(const std::string& s) {
 }
 
 int run_logits(const std::vector<std::string>& argv) {
+  const auto kOptions = options();
   ParsedArgs args = parse_args(argv, kOptions);
   const std::string usage = "nibble logits MODEL_DIR --tokens IDS --out FILE [options]";
   if (args.help) {
@@ -58,19 +62,14 @@ int run_logits(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() != 1) fail("expected one MODEL_DIR (usage: ", usage, ")");
-  if (!args.has("--tokens")) fail("--tokens is required (usage: ", usage, ")");
-  if (!args.has("--out")) fail("--out is required (usage: ", usage, ")");
+  const std::string dir = model_dir_arg(args, /*shipped_default=*/false, usage);
+  if (!args.has("--tokens")) usage_fail("--tokens is required (usage: ", usage, ")");
+  if (!args.has("--out")) usage_fail("--out is required (usage: ", usage, ")");
   const std::vector<int32_t> tokens = parse_tokens(args.str("--tokens"));
   const std::string out_path = args.str("--out");
-  if (out_path.empty()) fail("--out: empty file name");
+  if (out_path.empty()) usage_fail("--out: empty file name");
 
-  LoadOptions opt;
-  opt.threads = int(args.integer("--threads", 0, 0, 4096));
-  opt.plan.moe_backend = args.str("--moe-backend", "auto");
-  opt.plan.linear_backend = args.str("--linear-backend", "auto");
-  opt.bandwidth_gbps = args.number("--bandwidth", 0, 0.001, 1e6);  // 0: measure
-  auto model = load_model(args.positional[0], opt);
+  auto model = load_model(dir, load_options(args));
 
   const int64_t vocab = model->vocab_size();
   std::vector<float> logits(tokens.size() * size_t(vocab));
@@ -78,6 +77,12 @@ int run_logits(const std::vector<std::string>& argv) {
   model->forward(*state, tokens, logits.data(), /*all_logits=*/true);
 
   static_assert(std::endian::native == std::endian::little, "logits are written little-endian");
+  if (out_path == "-") {
+    // main() checks that stdout took it all.
+    std::fwrite(logits.data(), sizeof(float), logits.size(), stdout);
+    std::fprintf(stderr, "wrote %zu x %lld f32 logits to stdout\n", tokens.size(), (long long)vocab);
+    return 0;
+  }
   const std::string tmp = out_path + ".tmp-nibble";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

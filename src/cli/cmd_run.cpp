@@ -1,11 +1,19 @@
 // `nibble run [MODEL_DIR] -p PROMPT`: one completion, streamed to stdout.
 // The prompt is raw text after BOS (a completion), or with --chat / --think
 // one user message in DeepSeek-V4's chat encoding. Speed goes to stderr.
+// Ctrl-C stops generation; the timing and stop line are still printed.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <iostream>
+#include <sstream>
 
 #include "cli/command.h"
+#include "cli/interrupt.h"
 #include "cli/text_generation.h"
+#include "cli/usage_error.h"
 #include "tokenizer/chat_dsv4.h"
 #include "util/error.h"
 
@@ -14,30 +22,119 @@ namespace {
 
 std::vector<OptionSpec> options() {
   std::vector<OptionSpec> o = {
-      {"-p,--prompt", "TEXT", "the prompt (required)"},
+      {"-p,--prompt", "TEXT", "the prompt; - reads it from stdin (this or --file is required)"},
+      {"-f,--file", "FILE", "read the prompt from FILE (no size limit, unlike an argument)"},
       {"--chat", "", "send the prompt as a user message (chat encoding, non-thinking mode)"},
       {"--think", "", "like --chat, in thinking mode (the reply starts with its reasoning)"},
       {"--no-bos", "", "raw prompts: do not start with the BOS token"},
+      {"--json", "", "print one JSON object at the end (ids, text, stop reason, timings) instead of streaming"},
+      {"--n-probs", "N", "with --json: each token's log-probability and the N most likely alternatives (default 0)"},
   };
   for (auto& spec : text_generation_options()) o.push_back(spec);
   return o;
 }
 
+std::string read_all(std::istream& in, const std::string& what) {
+  std::stringstream s;
+  s << in.rdbuf();
+  if (in.bad()) fail("cannot read the prompt from ", what);
+  return s.str();
+}
+
+// -p TEXT, -p - (stdin) or -f FILE; exactly one of them.
+std::string prompt_arg(const ParsedArgs& args, const std::string& usage) {
+  if (args.has("--prompt") && args.has("--file")) usage_fail("give -p/--prompt or -f/--file, not both");
+  if (args.has("--file")) {
+    const std::string path = args.str("--file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("--file: cannot open ", path);
+    return read_all(in, path);
+  }
+  if (!args.has("--prompt")) usage_fail("--prompt or --file is required (usage: ", usage, ")");
+  if (args.str("--prompt") == "-") return read_all(std::cin, "stdin");
+  return args.str("--prompt");
+}
+
+// What --json reports per generated token.
+struct TokenLogprobs {
+  int32_t id = 0;
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;  // most likely first
+};
+
+// log-softmax of the distribution the sampler drew from (the model's logits
+// with penalties, before temperature and filters, as vLLM reports them).
+TokenLogprobs logprobs_of(const float* logits, int64_t vocab, int32_t chosen, int64_t n_top) {
+  double max = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) max = std::max(max, double(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprobs t;
+  t.id = chosen;
+  t.logprob = double(logits[chosen]) - log_z;
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) ids[size_t(i)] = int32_t(i);
+  const size_t k = size_t(std::min<int64_t>(n_top, vocab));
+  std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) t.top.push_back({ids[i], double(logits[ids[i]]) - log_z});
+  return t;
+}
+
+nlohmann::json completion_json(const TextModel& tm, const std::vector<int32_t>& prompt, const Completion& c,
+                               const std::vector<TokenLogprobs>& probs, bool with_probs) {
+  using nlohmann::json;
+  const GenerateResult& r = c.result;
+  const std::string reason = c.interrupted ? "interrupted"
+                             : !c.stop_string.empty() ? "stop_string"
+                             : c.context_cap          ? "context_full"
+                                                      : stop_reason_name(r.reason);
+  const int64_t steps = r.tokens.empty() ? 0 : int64_t(r.tokens.size()) - 1;
+  json j = {
+      {"model", tm.dir},
+      {"prompt_tokens", prompt},
+      {"tokens", r.tokens},
+      {"text", c.text},
+      {"stop_reason", reason},
+      {"stop_string", c.stop_string.empty() ? json(nullptr) : json(c.stop_string)},
+      {"timings",
+       {{"load_s", tm.load_seconds},
+        {"prefill_s", r.prefill_seconds},
+        {"decode_s", r.decode_seconds},
+        {"prefill_tokens_per_s", r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0.0},
+        {"decode_tokens_per_s", steps > 0 && r.decode_seconds > 0 ? double(steps) / r.decode_seconds : 0.0}}},
+  };
+  if (with_probs) {
+    json list = json::array();
+    for (const auto& t : probs) {
+      json top = json::array();
+      for (const auto& [id, lp] : t.top)
+        top.push_back({{"id", id}, {"token", tm.tokenizer.token_bytes(id)}, {"logprob", lp}});
+      list.push_back({{"id", t.id}, {"token", tm.tokenizer.token_bytes(t.id)}, {"logprob", t.logprob}, {"top", top}});
+    }
+    j["logprobs"] = list;
+  }
+  return j;
+}
+
 int run_run(const std::vector<std::string>& argv) {
   const auto specs = options();
   ParsedArgs args = parse_args(argv, specs);
-  const std::string usage = "nibble run [MODEL_DIR] -p PROMPT [-n N] [--temp T] [--seed S] [options]";
+  const std::string usage = "nibble run [MODEL_DIR] -p PROMPT|-f FILE [-n N] [--temp T] [--seed S] [options]";
   if (args.help) {
     std::cout << format_help(usage,
                              "Generates a continuation of PROMPT and streams it to stdout. Without\n"
-                             "MODEL_DIR it runs the small model shipped in the repository\n"
-                             "(models/dsv4-tiny). Speed and the stop reason go to stderr.",
+                             "MODEL_DIR it runs the small model shipped with nibble (models/dsv4-tiny).\n"
+                             "Load time, speed and the stop reason go to stderr. Ctrl-C stops early.\n"
+                             "\n"
+                             "Exit status: 0 done, 1 error, 2 bad usage, 130 stopped by Ctrl-C.",
                              specs);
     return 0;
   }
-  if (!args.has("--prompt")) fail("--prompt is required (usage: ", usage, ")");
-  const std::string prompt = args.str("--prompt");
-  TextModel tm = load_text_model(args);
+  const std::string prompt = prompt_arg(args, usage);
+  TextModel tm = load_text_model(args, usage);
   GenerateOptions gen = generation_options(args, tm);
 
   std::vector<int32_t> ids;
@@ -53,13 +150,32 @@ int run_run(const std::vector<std::string>& argv) {
     tm.tokenizer.encode(prompt, /*allow_special=*/true, ids);
   }
   if (ids.empty()) fail("--prompt: the prompt encodes to no tokens (give text, or drop --no-bos)");
+  const GenerateOptions fitted = fit_to_context(gen, tm, 0, int64_t(ids.size()));
 
+  const bool json = args.has("--json");
+  const int64_t n_probs = args.integer("--n-probs", 0, 0, 1000);
+  if (args.has("--n-probs") && !json) usage_fail("--n-probs needs --json");
+  std::vector<TokenLogprobs> probs;
+  GenerateOptions run_gen = fitted;
+  if (json && args.has("--n-probs"))
+    run_gen.sampler.observe = [&](const float* logits, int64_t vocab, int32_t chosen) {
+      probs.push_back(logprobs_of(logits, vocab, chosen, n_probs));
+    };
+
+  install_interrupt_handler();
   Session session(*tm.model);
-  Completion c = stream_completion(tm, session, ids, gen, args.list("--stop"), stdout);
-  std::fputs("\n", stdout);
+  Completion c = stream_completion(tm, session, ids, run_gen, args.list("--stop"), json ? nullptr : stdout);
+  c.context_cap = fitted.max_new_tokens < gen.max_new_tokens && c.result.reason == StopReason::max_tokens &&
+                  c.stop_string.empty();
+  if (json)
+    std::cout << completion_json(tm, ids, c, probs, args.has("--n-probs"))
+                     .dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+  else
+    std::fputs("\n", stdout);
   std::fflush(stdout);
-  print_generation_stats(c);
-  return 0;
+  print_generation_stats(c, tm.load_seconds);
+  return c.interrupted ? 130 : 0;
 }
 
 RegisterCommand reg({"run", "generate a completion for a prompt (streams text)", run_run});

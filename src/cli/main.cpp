@@ -1,12 +1,19 @@
 // `nibble` — dispatch to a subcommand; every nibble::Error becomes one line on
-// stderr and exit status 1.
+// stderr and exit status 1 (2 for a UsageError: the command was called
+// wrong). Whatever a command printed, a write to stdout that failed (a full
+// disk, `> /dev/full`, a closed pipe) makes the exit status non-zero too:
+// silently truncated output must not look like success.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/usage_error.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -26,7 +33,22 @@ void print_usage(FILE* out) {
                "nibble — an inference engine for FP4 Mixture-of-Experts models\n\n"
                "usage: nibble COMMAND [ARGS...]\n\ncommands:\n");
   for (const auto& c : cmds) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
-  std::fprintf(out, "\n'nibble COMMAND --help' describes each command.\n");
+  std::fprintf(out, "\n'nibble COMMAND --help' describes each command; 'nibble --version' prints the version.\n"
+                    "Exit status: 0 done, 1 error, 2 bad usage.\n");
+}
+
+// Flushes stdout (both the C stream and std::cout, which share it) and says
+// whether everything written to it arrived. Returns `status` if so, else
+// prints why on stderr and returns 1.
+int check_stdout(const char* who, int status) {
+  errno = 0;
+  std::cout.flush();  // may flush stdout itself (the streams are synchronised) and set errno
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return status;
+  std::fprintf(stderr, "%s: error: writing to stdout failed%s%s\n", who, err ? ": " : "",
+               err ? std::strerror(err) : "");
+  return status == 0 ? 1 : status;
 }
 
 }  // namespace
@@ -41,13 +63,18 @@ int main(int argc, char** argv) {
   std::string name = argv[1];
   if (name == "-h" || name == "--help" || name == "help") {
     print_usage(stdout);
-    return 0;
+    return check_stdout("nibble", 0);
   }
+  if (name == "-V" || name == "--version") name = "version";
   std::vector<std::string> args(argv + 2, argv + argc);
   for (const auto& c : commands()) {
     if (name == c.name) {
+      const std::string who = std::string("nibble ") + c.name;
       try {
-        return c.run(args);
+        return check_stdout(who.c_str(), c.run(args));
+      } catch (const UsageError& e) {
+        std::fprintf(stderr, "nibble %s: error: %s\n", c.name, e.what());
+        return 2;
       } catch (const nibble::Error& e) {
         std::fprintf(stderr, "nibble %s: error: %s\n", c.name, e.what());
         return 1;

@@ -1,10 +1,18 @@
 #include "cli/text_generation.h"
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "checkpoint/checkpoint.h"
+#include "cli/generation_config.h"
+#include "cli/interrupt.h"
+#include "cli/load_flags.h"
+#include "cli/usage_error.h"
 #include "model/registry.h"
 #include "runtime/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
@@ -12,83 +20,101 @@
 
 namespace nibble::cli {
 
-std::string shipped_model_dir() { return std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny"; }
+namespace fs = std::filesystem;
+
+std::string shipped_model_dir() {
+  // An installed binary (PREFIX/bin/nibble) finds the model that `cmake
+  // --install` put in PREFIX/share/nibble; a binary in the build tree finds
+  // the source tree's copy.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share/nibble/models/dsv4-tiny";
+    if (fs::is_directory(installed, ec)) return installed.string();
+  }
+  return std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny";
+}
 
 std::vector<OptionSpec> text_generation_options() {
-  return {
-      {"-n,--max-tokens", "N", "most tokens to generate (default 128)"},
+  std::vector<OptionSpec> o = {
+      {"-n,--max-tokens", "N", "most tokens to generate; -1 = until end of text or context (default 128)"},
+      {"-c,--ctx-size", "N", "cap the sequence (prompt + reply, or the conversation) at N tokens (default: the model's)"},
       {"--temp", "T", "sampling temperature; 0 = greedy (default: generation_config.json, else 1.0)"},
       {"--top-k", "K", "keep the K most likely tokens; 0 = off (default: generation_config.json, else 0)"},
       {"--top-p", "P", "nucleus sampling mass (default: generation_config.json, else 1.0)"},
-      {"--min-p", "P", "drop tokens below P * the top probability (default 0)"},
-      {"--seed", "S", "sampling seed (default 0)"},
+      {"--min-p", "P", "drop tokens below P * the top probability (default: generation_config.json, else 0)"},
+      {"--repeat-penalty", "R",
+       "divide positive / multiply negative logits of tokens already in the sequence by R; 1 = off "
+       "(default: generation_config.json's repetition_penalty, else 1)"},
+      {"--presence-penalty", "P", "subtract P from the logit of every token generated so far, in [-2, 2] (default 0)"},
+      {"--frequency-penalty", "F", "subtract F x its count from every generated token's logit, in [-2, 2] (default 0)"},
+      {"--seed", "S", "sampling seed; -1 = a random one, printed (default 0)"},
       {"--stop", "TEXT", "end the text before TEXT when it is generated (repeatable)"},
-      {"--threads", "N", "CPU threads (default: all)"},
-      {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
-      {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
-      {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: measured at start)"},
   };
+  for (auto& spec : model_load_options()) o.push_back(spec);
+  return o;
 }
 
-TextModel load_text_model(const ParsedArgs& args) {
-  if (args.positional.size() > 1) fail("expected at most one MODEL_DIR, got ", args.positional.size(), " arguments");
+TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
   TextModel tm;
-  if (args.positional.empty()) {
-    tm.dir = shipped_model_dir();
-    if (!std::filesystem::exists(tm.dir))
-      fail("no MODEL_DIR given and the shipped model ", tm.dir, " is missing");
-  } else {
-    tm.dir = args.positional[0];
-  }
-  LoadOptions opt;
-  opt.threads = int(args.integer("--threads", 0, 0, 4096));
-  opt.plan.moe_backend = args.str("--moe-backend", "auto");
-  opt.plan.linear_backend = args.str("--linear-backend", "auto");
-  opt.bandwidth_gbps = args.number("--bandwidth", 0, 0.001, 1e6);  // 0: measure
+  tm.dir = model_dir_arg(args, /*shipped_default=*/true, usage);
+  const LoadOptions opt = load_options(args);
+  const int64_t ctx_flag = args.integer("--ctx-size", 0, 1, int64_t(1) << 40);
+  const auto t0 = std::chrono::steady_clock::now();
   tm.model = load_model(tm.dir, opt);
   const std::string tok_path = tm.dir + "/tokenizer.json";
-  if (!std::filesystem::exists(tok_path)) fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble logits` does not)");
+  if (!fs::exists(tok_path)) fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble logits` does not)");
   tm.tokenizer = Tokenizer::from_file(tok_path);
+  tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (int64_t(tm.tokenizer.vocab_size()) > tm.model->vocab_size())
     fail(tok_path, ": the tokenizer has ", tm.tokenizer.vocab_size(), " ids but the model's vocab_size is ",
          tm.model->vocab_size());
+  tm.context = tm.model->max_context();
+  if (ctx_flag > 0) {
+    if (ctx_flag > tm.context)
+      std::fprintf(stderr, "[nibble] -c/--ctx-size %lld is more than the model's context; using its %lld tokens\n",
+                   (long long)ctx_flag, (long long)tm.context);
+    tm.context = std::min(tm.context, ctx_flag);
+  }
   return tm;
 }
 
 GenerateOptions generation_options(const ParsedArgs& args, const TextModel& tm) {
-  // Defaults: generation_config.json, else the model card (temperature 1, top_p 1).
-  double temp = 1.0, top_p = 1.0;
-  int64_t top_k = 0;
+  // Flags over generation_config.json over the model card. The file is
+  // validated on its own (naming its fields) before any flag is parsed.
+  const GenerationDefaults d = read_generation_config(tm.dir, tm.model->vocab_size());
   GenerateOptions o;
-  const std::string gc_path = tm.dir + "/generation_config.json";
-  if (std::filesystem::exists(gc_path)) {
-    const nlohmann::json gc = read_json_file(gc_path);
-    auto num = [&](const char* key, double fallback) {
-      auto it = gc.find(key);
-      return it != gc.end() && it->is_number() ? it->get<double>() : fallback;
-    };
-    temp = num("temperature", temp);
-    top_p = num("top_p", top_p);
-    top_k = int64_t(num("top_k", double(top_k)));
-    if (auto it = gc.find("do_sample"); it != gc.end() && it->is_boolean() && !it->get<bool>()) temp = 0;
-    // Its eos_token_id (an id or a list) stops generation too, alongside
-    // config.json's (GenerateOptions::use_model_eos).
-    if (auto it = gc.find("eos_token_id"); it != gc.end() && !it->is_null()) {
-      const nlohmann::json ids = it->is_array() ? *it : nlohmann::json::array({*it});
-      for (const auto& id : ids) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tm.model->vocab_size())
-          fail(gc_path, ": eos_token_id must be a token id in [0, ", tm.model->vocab_size(),
-               ") or a list of them, got ", it->dump());
-        o.stop_tokens.push_back(id.get<int64_t>());
-      }
-    }
+  o.stop_tokens = d.eos_token_ids;
+  const int64_t n = args.integer("--max-tokens", 128, -1, int64_t(1) << 40);
+  o.max_new_tokens = n < 0 ? tm.context : n;
+  o.sampler.temperature = float(args.number("--temp", d.temperature, 0, 1e6));
+  o.sampler.top_k = args.integer("--top-k", d.top_k, 0, int64_t(1) << 30);
+  o.sampler.top_p = float(args.number("--top-p", d.top_p, 1e-9, 1));
+  o.sampler.min_p = float(args.number("--min-p", d.min_p, 0, 1));
+  o.sampler.repetition_penalty = float(args.number("--repeat-penalty", d.repetition_penalty, 1e-6, 1e6));
+  o.sampler.presence_penalty = float(args.number("--presence-penalty", 0, -2, 2));
+  o.sampler.frequency_penalty = float(args.number("--frequency-penalty", 0, -2, 2));
+  const int64_t seed = args.integer("--seed", 0, -1, INT64_MAX);
+  if (seed < 0) {
+    std::random_device rd;
+    o.sampler.seed = ((uint64_t(rd()) << 32) | rd()) & uint64_t(INT64_MAX);
+    std::fprintf(stderr, "[nibble] seed %llu (--seed %llu repeats this run)\n", (unsigned long long)o.sampler.seed,
+                 (unsigned long long)o.sampler.seed);
+  } else {
+    o.sampler.seed = uint64_t(seed);
   }
-  o.max_new_tokens = args.integer("--max-tokens", 128, 0, int64_t(1) << 30);
-  o.sampler.temperature = float(args.number("--temp", temp, 0, 1e6));
-  o.sampler.top_k = args.integer("--top-k", top_k, 0, int64_t(1) << 30);
-  o.sampler.top_p = float(args.number("--top-p", top_p, 1e-9, 1));
-  o.sampler.min_p = float(args.number("--min-p", 0, 0, 1));
-  o.sampler.seed = uint64_t(args.integer("--seed", 0, 0, INT64_MAX));
+  return o;
+}
+
+GenerateOptions fit_to_context(const GenerateOptions& gen, const TextModel& tm, int64_t position,
+                               int64_t prompt_tokens) {
+  const int64_t left = tm.context - position - prompt_tokens;
+  if (left < 0)
+    fail("the prompt has ", prompt_tokens, " tokens but ", tm.context - position, " of the ",
+         tm.context < tm.model->max_context() ? "-c/--ctx-size " : "model's ", tm.context,
+         "-token context are left");
+  GenerateOptions o = gen;
+  o.max_new_tokens = std::min(o.max_new_tokens, left);
   return o;
 }
 
@@ -98,14 +124,23 @@ Completion stream_completion(const TextModel& tm, Session& session, std::span<co
   Completion c;
   StreamDecoder decoder(tm.tokenizer);
   StopStrings stops(stop_strings);
+  // The context's penalty window: what the session holds (not known here
+  // beyond the prompt) plus the prompt; chat passes the conversation itself.
+  GenerateOptions g = gen;
+  if (g.sampler.repetition_penalty != 1.0f && g.sampler.context.empty())
+    g.sampler.context.assign(prompt.begin(), prompt.end());
   auto show = [&](const std::string& piece) {
     c.text += piece;
-    std::fputs(piece.c_str(), out);
-    std::fflush(out);
+    if (piece.empty() || !out) return;
+    errno = 0;
+    if (std::fputs(piece.c_str(), out) < 0 || std::fflush(out) != 0 || std::ferror(out))
+      fail("writing the generated text to ", out == stdout ? "stdout" : "the output", " failed",
+           errno ? ": " : "", errno ? std::strerror(errno) : "");
   };
-  c.result = generate(session, prompt, gen, [&](int32_t id) {
+  c.result = generate(session, prompt, g, [&](int32_t id) {
     show(stops.push(decoder.push(id)));
-    return !stops.stopped();
+    if (interrupted()) c.interrupted = true;
+    return !stops.stopped() && !c.interrupted;
   });
   show(stops.push(decoder.finish()));
   show(stops.finish());
@@ -113,17 +148,27 @@ Completion stream_completion(const TextModel& tm, Session& session, std::span<co
   return c;
 }
 
-void print_generation_stats(const Completion& c) {
+std::string quoted(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+}
+
+void print_generation_stats(const Completion& c, double load_seconds) {
   const GenerateResult& r = c.result;
   // The first token comes from the prompt's forward; each later one costs one decode step.
   const int64_t steps = r.tokens.empty() ? 0 : int64_t(r.tokens.size()) - 1;
-  std::fprintf(stderr, "[nibble] prompt %lld tokens in %.3f s (%.1f tok/s); generated %lld tokens, %lld decode steps in %.3f s",
+  std::fprintf(stderr, "[nibble] ");
+  if (load_seconds > 0) std::fprintf(stderr, "load %.3f s; ", load_seconds);
+  std::fprintf(stderr, "prompt %lld tokens in %.3f s (%.1f tok/s); generated %lld tokens, %lld decode steps in %.3f s",
                (long long)r.prompt_tokens, r.prefill_seconds,
                r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0.0, (long long)r.tokens.size(),
                (long long)steps, r.decode_seconds);
   if (steps > 0 && r.decode_seconds > 0) std::fprintf(stderr, " (%.1f tok/s)", double(steps) / r.decode_seconds);
-  if (!c.stop_string.empty())
-    std::fprintf(stderr, "; stop: stop_string \"%s\"\n", c.stop_string.c_str());
+  if (c.interrupted)
+    std::fprintf(stderr, "; stop: interrupted (Ctrl-C)\n");
+  else if (!c.stop_string.empty())
+    std::fprintf(stderr, "; stop: stop_string %s\n", quoted(c.stop_string).c_str());
+  else if (c.context_cap)
+    std::fprintf(stderr, "; stop: context_full\n");
   else
     std::fprintf(stderr, "; stop: %s\n", stop_reason_name(r.reason));
 }

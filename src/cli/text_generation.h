@@ -1,8 +1,8 @@
 // What `nibble run` and `nibble chat` share: the model + tokenizer pair, the
 // sampling flags (defaults from generation_config.json, then the model
 // card's temperature 1.0 / top_p 1.0), stop tokens (the model's EOS and
-// generation_config.json's eos_token_id) and stop strings (--stop), and
-// streaming generated text.
+// generation_config.json's eos_token_id) and stop strings (--stop), the
+// context cap (-c/--ctx-size), and streaming generated text.
 #pragma once
 
 #include <cstdio>
@@ -18,38 +18,58 @@
 
 namespace nibble::cli {
 
-// The model folder shipped in the repository, used when no MODEL_DIR is given.
+// The model used when no MODEL_DIR is given: models/dsv4-tiny under the
+// install prefix of the running binary (PREFIX/share/nibble, see `cmake
+// --install`), else the source tree it was built from.
 std::string shipped_model_dir();
 
 struct TextModel {
   std::string dir;
   std::unique_ptr<Model> model;
   Tokenizer tokenizer;
+  int64_t context = 0;       // tokens one sequence may hold: the model's, or less with -c/--ctx-size
+  double load_seconds = 0;   // model and tokenizer
 };
 
-// Flags every text command accepts (sampling, threads, backends).
+// Flags every text command accepts (model, sampling, threads, backends).
 std::vector<OptionSpec> text_generation_options();
 
-// MODEL_DIR from the positional arguments (at most one) or the shipped model.
-TextModel load_text_model(const ParsedArgs& args);
+// The model (MODEL_DIR, -m, or the shipped one) and its tokenizer.
+TextModel load_text_model(const ParsedArgs& args, const std::string& usage);
 
 // Budget, stop tokens and sampler from the flags over generation_config.json.
+// A --seed of -1 draws one, printed on stderr so the run can be repeated.
 GenerateOptions generation_options(const ParsedArgs& args, const TextModel& tm);
+
+// `gen` with its budget cut so that `prompt_tokens` more tokens after
+// `position` and the reply fit in tm.context. Throws nibble::Error when the
+// prompt alone does not fit. -n -1 means "until the context is full".
+GenerateOptions fit_to_context(const GenerateOptions& gen, const TextModel& tm, int64_t position,
+                               int64_t prompt_tokens);
 
 // What one streamed completion produced.
 struct Completion {
   GenerateResult result;
   std::string text;         // the text shown: cut before a stop string, if one matched
   std::string stop_string;  // the --stop string that ended it ("" if none did)
+  bool interrupted = false; // Ctrl-C ended it (cli/interrupt.h)
+  bool context_cap = false; // the -c/--ctx-size budget ended it
 };
 
 // Generates from `prompt` (fed at the session's position) and writes the
-// text to `out` as it comes, cut at the first of `stop_strings`.
+// text to `out` as it comes (nothing when `out` is null), cut at the first of
+// `stop_strings`. Stops early at Ctrl-C. A failed write to `out` is an error
+// (naming stdout).
 Completion stream_completion(const TextModel& tm, Session& session, std::span<const int32_t> prompt,
                              const GenerateOptions& gen, const std::vector<std::string>& stop_strings,
                              std::FILE* out);
 
-// One line on stderr: prompt and generation speed, and why generation ended.
-void print_generation_stats(const Completion& c);
+// One line on stderr: load time (when > 0), prompt and generation speed, and
+// why generation ended.
+void print_generation_stats(const Completion& c, double load_seconds = 0);
+
+// `s` as a double-quoted JSON string: control characters and quotes escaped,
+// invalid UTF-8 replaced, so a stop string prints on one readable line.
+std::string quoted(const std::string& s);
 
 }  // namespace nibble::cli

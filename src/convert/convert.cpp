@@ -103,10 +103,19 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
   std::error_code ec;
   if (!fs::is_directory(opt.src, ec)) fail("SRC ", opt.src, " is not a model folder");
   auto ck = Checkpoint::open(opt.src);
+  // A checkpoint whose quantization nibble cannot read is refused before
+  // anything is created: copying it with a rewritten config would only
+  // produce a broken model that claims to be converted.
+  Detection det = detect_formats(*ck);
+  if (!det.unsupported.empty()) {
+    const Unsupported& u = det.unsupported.front();
+    fail("SRC ", opt.src, ": ", u.method, " (", u.source, u.tensor.empty() ? "" : ", tensor " + u.tensor,
+         ") is not a format convert reads; it converts DeepSeek-V4-style checkpoints with MXFP4, NVFP4 or BF16 "
+         "routed experts");
+  }
   OutputStaging staging(opt.src, opt.dst, opt.force);
   report.replaced_existing = staging.replaces_existing();
 
-  Detection det = detect_formats(*ck);
   PlanProgress pp;
   pp.cancel = opt.cancel;
   if (opt.on_progress) pp.on_scan = [&](uint64_t done, uint64_t total) { opt.on_progress({"scan", done, total}); };
@@ -118,6 +127,9 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
   report.experts_converted = int64_t(plan.experts.size());
   report.experts_kept = plan.experts_kept;
   report.mtp_experts_kept = plan.mtp_experts_kept;
+  if (plan.experts.empty() && plan.experts_kept == 0)
+    fail("SRC ", opt.src, ": no routed experts in DeepSeek-V4 naming (layers.N.ffn.experts.M.w1/w2/w3.weight) "
+         "were found (metadata: ", det.metadata_schema, "); convert rewrites only those");
 
   // ---- Shards -----------------------------------------------------------------
   // `jobs` lanes write shards at once, each with its own producer, writer

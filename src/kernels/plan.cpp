@@ -195,7 +195,10 @@ Plan make_plan(const Checkpoint& ck, const Detection& det, const Device& device,
       g.note = "MTP layer: loaded and validated; speculative decoding with it is not implemented, so decode does not read it";
     } else if (routed) {
       if (n_experts <= 0 || top_k <= 0)
-        fail(ck.file_path("config.json"), ": routed experts present but n_routed_experts / num_experts_per_tok missing");
+        fail(ck.file_path("config.json"), ": routed experts present but field \"",
+             n_experts <= 0 ? "n_routed_experts" : "num_experts_per_tok", "\" is ",
+             (n_experts <= 0 ? n_experts : top_k) == 0 ? std::string("missing")
+                                                      : "not positive: " + std::to_string(n_experts <= 0 ? n_experts : top_k));
       g.bytes_per_token = g.bytes / uint64_t(n_experts) * uint64_t(top_k);
     } else if (g.group == "embedding" || (g.format == Format::int_index && g.group == "router")) {
       // A lookup reads one row per token.

@@ -188,6 +188,11 @@ DeepseekV4Config parse_deepseek_v4_config(const json& cfg, const std::string& pa
   c.compress_rate_hca = f.positive("compress_rate_hca", c.compress_rate_hca);
 
   // Layer schedule: layer_types > compress_ratios (0/4/128) > HF's V4-Pro default.
+  // Written but null is a broken export, not "use the default": the default
+  // schedule would then be reported as missing compressor tensors.
+  for (const char* key : {"layer_types", "compress_ratios", "mlp_layer_types"})
+    if (auto it = cfg.find(key); it != cfg.end() && it->is_null())
+      fail(path, ": field \"", key, "\" is null; give the list, or leave the field out for the default");
   if (const json* lt = f.find("layer_types")) {
     if (!lt->is_array()) f.bad("layer_types", "a list");
     for (size_t i = 0; i < lt->size(); ++i) {
@@ -263,7 +268,7 @@ DeepseekV4Config parse_deepseek_v4_config(const json& cfg, const std::string& pa
     flat.erase("compress");
     flat["rope_theta"] = theta_comp;
     c.rope_compress = parse_rope(flat, path, src, theta_comp, max_pos);
-    c.rope_main = parse_rope(json{{"rope_type", "default"}}, path, "rope_theta ", theta_main, max_pos);
+    c.rope_main = parse_rope(json{{"rope_type", "default"}}, path, "", theta_main, max_pos);
   }
 
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
@@ -280,6 +285,16 @@ DeepseekV4Config parse_deepseek_v4_config(const json& cfg, const std::string& pa
       f.bad("eos_token_id", "an integer or a list of integers");
     }
   }
+
+  // Special tokens must be ids of the vocabulary: an EOS outside it would
+  // never stop generation, a negative BOS would silently drop BOS.
+  if (c.bos_token_id < 0 || c.bos_token_id >= c.vocab_size)
+    fail(path, ": field \"bos_token_id\" is ", c.bos_token_id, "; it must be a token id in [0, vocab_size = ",
+         c.vocab_size, ")");
+  for (int64_t e : c.eos_token_ids)
+    if (e < 0 || e >= c.vocab_size)
+      fail(path, ": field \"eos_token_id\" holds ", e, "; it must be a token id in [0, vocab_size = ", c.vocab_size,
+           ")");
 
   // Shape relations the forward pass relies on.
   if ((c.n_heads * c.head_dim) % c.o_groups)

@@ -40,6 +40,43 @@ Sampler::Sampler(const SamplerConfig& c) : config_(c), state_(c.seed) {
   if (c.top_k < 0) fail("--top-k must be >= 0, got ", c.top_k);
   if (!(c.top_p > 0 && c.top_p <= 1)) fail("--top-p must be in (0, 1], got ", c.top_p);
   if (!(c.min_p >= 0 && c.min_p <= 1)) fail("--min-p must be in [0, 1], got ", c.min_p);
+  if (!(c.repetition_penalty > 0) || !std::isfinite(c.repetition_penalty))
+    fail("--repeat-penalty must be > 0, got ", c.repetition_penalty);
+  if (!(c.presence_penalty >= -2 && c.presence_penalty <= 2))
+    fail("--presence-penalty must be in [-2, 2], got ", c.presence_penalty);
+  if (!(c.frequency_penalty >= -2 && c.frequency_penalty <= 2))
+    fail("--frequency-penalty must be in [-2, 2], got ", c.frequency_penalty);
+}
+
+bool Sampler::has_penalties() const {
+  return config_.repetition_penalty != 1.0f || config_.presence_penalty != 0.0f || config_.frequency_penalty != 0.0f;
+}
+
+void Sampler::record(int32_t id) {
+  if (has_penalties()) ++generated_[id];
+}
+
+std::vector<float> Sampler::penalized(const float* logits, int64_t vocab) const {
+  std::vector<float> out(logits, logits + vocab);
+  auto in_vocab = [&](int32_t id) { return id >= 0 && int64_t(id) < vocab; };
+  if (config_.repetition_penalty != 1.0f) {
+    // Each token once, however often it occurs (transformers gathers the
+    // scores of the sequence's ids and scatters the new ones back). Applied
+    // to the original logit, so a repeated id is not penalised twice.
+    const float rp = config_.repetition_penalty;
+    auto apply = [&](int32_t id) {
+      if (!in_vocab(id)) return;
+      const float x = logits[id];
+      out[size_t(id)] = x < 0 ? x * rp : x / rp;
+    };
+    for (int32_t id : config_.context) apply(id);
+    for (const auto& [id, n] : generated_) apply(id);
+  }
+  for (const auto& [id, n] : generated_) {
+    if (!in_vocab(id)) continue;
+    out[size_t(id)] -= config_.frequency_penalty * float(n) + config_.presence_penalty;
+  }
+  return out;
 }
 
 double Sampler::next_uniform() {
@@ -51,6 +88,12 @@ double Sampler::next_uniform() {
 }
 
 std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logits, int64_t vocab) const {
+  if (!has_penalties()) return distribution_of(logits, vocab);
+  const std::vector<float> p = penalized(logits, vocab);
+  return distribution_of(p.data(), vocab);
+}
+
+std::vector<std::pair<int32_t, double>> Sampler::distribution_of(const float* logits, int64_t vocab) const {
   std::vector<std::pair<int32_t, double>> out;
   if (config_.temperature == 0) {
     out.push_back({argmax(logits, vocab), 1.0});
@@ -105,14 +148,29 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logit
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
-  if (config_.temperature == 0) return argmax(logits, vocab);
-  auto dist = distribution(logits, vocab);
-  double u = next_uniform(), acc = 0;
-  for (const auto& [id, prob] : dist) {
-    acc += prob;
-    if (u < acc) return id;
+  std::vector<float> pen;
+  if (has_penalties()) {
+    pen = penalized(logits, vocab);
+    logits = pen.data();
   }
-  return dist.back().first;
+  int32_t id = -1;
+  if (config_.temperature == 0) {
+    id = argmax(logits, vocab);
+  } else {
+    auto dist = distribution_of(logits, vocab);
+    double u = next_uniform(), acc = 0;
+    for (const auto& [cand, prob] : dist) {
+      acc += prob;
+      if (u < acc) {
+        id = cand;
+        break;
+      }
+    }
+    if (id < 0) id = dist.back().first;
+  }
+  record(id);
+  if (config_.observe) config_.observe(logits, vocab, id);
+  return id;
 }
 
 }  // namespace nibble

@@ -1,9 +1,19 @@
 // Next-token sampling: greedy, or temperature + top-k + top-p + min-p with a
 // seeded generator, applied in Hugging Face's order (temperature, top-k,
 // top-p, min-p) so that the same settings mean the same thing as there.
+//
+// Penalties come first, on the raw logits (as in transformers and vLLM):
+// repetition_penalty as transformers' RepetitionPenaltyLogitsProcessor (the
+// logit of every token in the sequence so far, context and generated, is
+// divided by the penalty when positive and multiplied by it when negative),
+// then presence and frequency penalties as OpenAI and vLLM define them (from
+// each generated token's logit subtract presence_penalty once and
+// frequency_penalty times the number of times it was generated).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -15,6 +25,16 @@ struct SamplerConfig {
   float top_p = 1.0f;        // keep the smallest set with mass >= top_p; 1 = off
   float min_p = 0.0f;        // drop tokens below min_p * max prob; 0 = off
   uint64_t seed = 0;
+  float repetition_penalty = 1.0f;  // > 0; 1 = off; over context + generated tokens
+  float presence_penalty = 0.0f;    // in [-2, 2] like OpenAI's; 0 = off; generated tokens only
+  float frequency_penalty = 0.0f;   // in [-2, 2]; 0 = off; generated tokens only
+  // The tokens before generation (prompt, or the whole conversation) that
+  // repetition_penalty also covers.
+  std::vector<int32_t> context;
+  // Called by sample() with the logits it drew from (penalties applied,
+  // before temperature and the filters) and the id it returned; for
+  // per-token log-probabilities (`nibble run --json --n-probs`).
+  std::function<void(const float* logits, int64_t vocab, int32_t chosen)> observe;
 };
 
 class Sampler {
@@ -22,7 +42,13 @@ class Sampler {
   // Throws nibble::Error for settings outside their range (naming the flag).
   explicit Sampler(const SamplerConfig& config);
 
+  // Draws the next token and records it as generated (the penalties of
+  // later calls count it).
   int32_t sample(const float* logits, int64_t vocab);
+
+  // Records a generated token without sampling (what sample() does with its
+  // result); for callers that pick a token themselves, and tests.
+  void record(int32_t id);
 
   // The distribution sample() draws from: (id, probability) of every token
   // that survives the filters, probabilities summing to 1. Exposed for tests.
@@ -32,9 +58,14 @@ class Sampler {
 
  private:
   double next_uniform();  // [0, 1), splitmix64: the same stream on every platform
+  bool has_penalties() const;
+  // `logits` with the penalties applied (only called when has_penalties()).
+  std::vector<float> penalized(const float* logits, int64_t vocab) const;
+  std::vector<std::pair<int32_t, double>> distribution_of(const float* logits, int64_t vocab) const;
 
   SamplerConfig config_;
   uint64_t state_;
+  std::unordered_map<int32_t, int64_t> generated_;  // id -> times sampled so far
 };
 
 int32_t argmax(const float* logits, int64_t vocab);

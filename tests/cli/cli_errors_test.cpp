@@ -144,15 +144,22 @@ TEST(CliFlags, HelpForEveryCommand) {
   }
 }
 
+// Bad usage exits 2 (what every --help promises), naming the flag.
+void expect_usage_error(const RunResult& r, std::initializer_list<std::string> parts) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "error:")) << r.err;
+  for (const auto& p : parts) EXPECT_TRUE(contains(r.err, p)) << "missing '" << p << "' in: " << r.err;
+}
+
 TEST(CliFlags, BadFlagsAreNamed) {
   TempDir dir;
   write_good_model(dir);
-  expect_clean_failure(run_nibble({"explain", dir.str(), "--frobnicate"}), {"--frobnicate"});
-  expect_clean_failure(run_nibble({"explain", dir.str(), "--batch", "zero"}), {"--batch", "zero"});
-  expect_clean_failure(run_nibble({"explain", dir.str(), "--device", "sm_75"}), {"sm_75", "cpu-avx2"});
-  expect_clean_failure(run_nibble({"explain", dir.str(), "--bandwidth", "10", "--moe-backend", "warp_drive"}),
-                       {"--moe-backend warp_drive", "known"});
-  expect_clean_failure(run_nibble({"explain"}), {"MODEL_DIR"});
+  expect_usage_error(run_nibble({"explain", dir.str(), "--frobnicate"}), {"--frobnicate"});
+  expect_usage_error(run_nibble({"explain", dir.str(), "--batch", "zero"}), {"--batch", "zero"});
+  expect_usage_error(run_nibble({"explain", dir.str(), "--device", "sm_75"}), {"sm_75", "cpu-avx2"});
+  expect_usage_error(run_nibble({"explain", dir.str(), "--bandwidth", "10", "--moe-backend", "warp_drive"}),
+                     {"--moe-backend", "warp_drive", "known"});
+  expect_usage_error(run_nibble({"explain"}), {"MODEL_DIR"});
   RunResult unknown = run_nibble({"frobnicate"});
   EXPECT_EQ(unknown.exit_code, 2);
 }

@@ -18,6 +18,27 @@ struct RunResult {
 // Runs NIBBLE_BINARY with `args` (each shell-quoted).
 RunResult run_nibble(const std::vector<std::string>& args);
 
+// The same with `input` on stdin, and stdout sent to `stdout_path` instead
+// of being captured when that is not empty (e.g. "/dev/full").
+RunResult run_nibble(const std::vector<std::string>& args, const std::string& input,
+                     const std::string& stdout_path = "");
+
+// Starts nibble with pipes, writes `first_input` to its stdin, waits until
+// its stdout holds `wait_for` (any byte if empty; at most `timeout_s`), sends SIGINT, writes
+// `then_input`, closes stdin and collects the rest. `interrupted` is set
+// when the SIGINT was sent (wait_for appeared in time).
+struct InterruptRun {
+  RunResult result;
+  bool interrupted = false;
+  std::string out_at_interrupt;  // stdout when the SIGINT was sent
+};
+InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const std::string& first_input,
+                                    const std::string& wait_for, const std::string& then_input,
+                                    double timeout_s = 120);
+
+// The shipped model and the test fixtures of the repository.
+std::string source_path(const std::string& relative);
+
 // A fresh empty folder under the system temp dir, removed by the destructor.
 class TempDir {
  public:

@@ -236,12 +236,24 @@ TEST(Explain, PlansForNamedDevices) {
     if (contains(r["kernel"], "avx512")) {
       EXPECT_TRUE(contains(r["reason"], "AVX-512")) << r;
     }
-  json gpu = explain_json(kFixtures + "dsv4_stock", {"--device", "sm_120"});
-  EXPECT_EQ(gpu["device"]["kind"], "cuda");
-  // No CUDA kernel exists yet: nothing is chosen, every CPU kernel is rejected
-  // with its reason, and a warning says so.
-  EXPECT_TRUE(only_group(gpu, "routed_experts")["kernel"].is_null());
-  EXPECT_FALSE(gpu["warnings"].empty());
+  for (const char* sm : {"sm_90", "sm_120"}) {
+    RunResult r = run_nibble({"explain", kFixtures + "dsv4_stock", "--json", "--bandwidth", "100", "--device", sm});
+    // No CUDA kernel exists yet: nothing is chosen, every CPU kernel is
+    // rejected with its reason, a warning says so, there is no tokens/s
+    // bound, and the exit status says the model cannot run there.
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(contains(r.err, "no kernel on")) << r.err;
+    json gpu = json::parse(r.out);
+    EXPECT_EQ(gpu["device"]["kind"], "cuda");
+    EXPECT_TRUE(only_group(gpu, "routed_experts")["kernel"].is_null());
+    EXPECT_FALSE(gpu["warnings"].empty());
+    EXPECT_EQ(gpu["runnable"], false);
+    EXPECT_TRUE(gpu["bound_tokens_per_s"].is_null());
+    RunResult text = run_nibble({"explain", kFixtures + "dsv4_stock", "--bandwidth", "100", "--device", sm});
+    EXPECT_EQ(text.exit_code, 1);
+    EXPECT_TRUE(contains(text.out, "NOT RUNNABLE")) << text.out;
+    EXPECT_FALSE(contains(text.out, "tokens/s")) << text.out;
+  }
 }
 
 TEST(Explain, TextFormShowsTheSameChoices) {

@@ -31,6 +31,28 @@ void expect_only(const std::string& dir, std::vector<std::string> expected) {
   EXPECT_EQ(list_dir(dir), expected);
 }
 
+// A checkpoint convert cannot read is refused before anything is written:
+// a non-zero exit naming its format, no DST, no temporary folder (it used
+// to print "0 matrices converted", exit 0 and write a config.json that had
+// lost AWQ's group_size).
+TEST(ConvertSafety, RefusesCheckpointsItCannotRead) {
+  struct Case {
+    const char* fixture;
+    const char* named;
+  };
+  for (const Case& c : {Case{"checkpoints/awq", "awq"}, Case{"checkpoints/gpt_oss_mxfp4", "gpt-oss"},
+                        Case{"checkpoints/gptq", "gptq"}, Case{"checkpoints/kimi_compressed_tensors", "compressed-tensors"}}) {
+    for (const char* to : {"nvfp4", "mxfp4"}) {
+      TempDir dir;
+      RunResult r = run_nibble({"convert", fixture(c.fixture), dir.str("out"), "--to", to, "--quiet"});
+      EXPECT_EQ(r.exit_code, 1) << c.fixture << ": " << r.err;
+      EXPECT_TRUE(has(r.err, c.named)) << c.fixture << ": " << r.err;
+      EXPECT_FALSE(has(r.out, "converted")) << r.out;
+      expect_only(dir.str(), {});
+    }
+  }
+}
+
 TEST(ConvertSafety, RefusesANonEmptyDstAndLeavesItAlone) {
   TempDir dir;
   fs::create_directory(dir.str("out"));
@@ -267,14 +289,14 @@ TEST(ConvertCli, HelpDescribesTheFlags) {
 TEST(ConvertCli, BadUsageNamesTheFlag) {
   TempDir dir;
   RunResult r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out")});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);  // usage errors exit 2
   EXPECT_TRUE(has(r.err, "--to")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "int4"});
   EXPECT_TRUE(has(r.err, "--to int4")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4", "--mtp-experts", "x"});
   EXPECT_TRUE(has(r.err, "--mtp-experts")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4", "--jobs", "0"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(has(r.err, "--jobs")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), "--to", "nvfp4"});
   EXPECT_TRUE(has(r.err, "SRC and DST")) << r.err;

@@ -91,6 +91,7 @@ TEST(BenchCli, BackendByName) {
     EXPECT_EQ(j["backend"], backend) << args;
     EXPECT_EQ(j["isa"], isa) << args;
     EXPECT_EQ(j["bytes"].get<double>(), 16.0 * 64 / 2 + 16.0 * 64 / 32) << args;
+    EXPECT_TRUE(j["bytes"].is_number_integer()) << j["bytes"];
   }
 }
 
@@ -101,12 +102,17 @@ TEST(BenchCli, BadFlagsAreErrors) {
                            "moe --backend cpu_ref_int8", "moe --backend read --routing router",
                            "linear --backend read --isa avx2", "moe --probe-memory sometimes"}) {
     BenchRun r = run(args);
-    EXPECT_EQ(r.status, 1) << args << ": " << r.out;
+    EXPECT_EQ(r.status, 2) << args << ": " << r.out;  // bad usage
     EXPECT_NE(r.out.find("error"), std::string::npos) << args << ": " << r.out;
   }
+  // A column count the format cannot store names the flag, not an internal function.
+  BenchRun cols = run("linear --cols 100 --format mxfp4");
+  EXPECT_EQ(cols.status, 2) << cols.out;
+  EXPECT_NE(cols.out.find("--cols"), std::string::npos) << cols.out;
+  EXPECT_EQ(cols.out.find("random_weights"), std::string::npos) << cols.out;
   // --routing shared is a mode (the error is about the batch, checked after it).
   BenchRun r = run("moe --routing shared --batch 0");
-  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("--batch"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("--routing"), std::string::npos) << r.out;
 }
