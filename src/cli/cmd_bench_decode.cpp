@@ -37,6 +37,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--linear-backend", "NAME", "kernel of the other matrix ops (default auto)"},
     {"--bandwidth", "GBPS", "assume this read bandwidth instead of measuring it per row"},
     {"--seed", "S", "seed of the random prompt and decode tokens (default 0)"},
+    {"--profile", "", "time every phase of the steps and print the table at the end (stderr)"},
     {"--json", "", "one JSON object per row"},
 };
 
@@ -120,6 +121,7 @@ int bench_decode(const std::vector<std::string>& argv) {
   opt.threads = int(args.integer("--threads", 0, 0, 4096));
   opt.moe_backend = args.str("--moe-backend", "auto");
   opt.linear_backend = args.str("--linear-backend", "auto");
+  opt.profile = args.has("--profile");
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
   auto engine = Engine::load(dir, opt);
   const int64_t V = engine->vocab_size();
