@@ -641,6 +641,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     w.tid2eid_is_i64 = false;
     w.tid2eid_rows = vocab;
   }
+  check_moe_weights(w);  // once; the kernels do not check per call
   std::vector<float> xs(size_t(16 * max_batch * D)), y(size_t(max_batch * D));
   random_normal(xs.data(), int64_t(xs.size()), 11);
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
