@@ -98,8 +98,11 @@ void run_rows(const cpu::IsaKernels& k, const RawWeights& w, const PreparedActs&
 
 void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float* x, const int32_t* token_ids,
                       int64_t n, float* y, ThreadPool* pool) {
-  // check_moe_weights(w) runs once when a model binds the layer (and in the
-  // tests that build layers by hand), not here on every call.
+  // The full check_moe_weights(w) (every expert's shapes) runs once when a
+  // layer is bound; per call only what indexing below relies on.
+  if (int64_t(w.experts.size()) != w.n_experts || w.top_k <= 0 || w.top_k > w.n_experts)
+    fail("MoE layer: ", w.experts.size(), " experts for n_experts ", w.n_experts, " and top_k ", w.top_k,
+         " (check_moe_weights names the fault)");
   if (n < 0) fail("MoE layer: negative token count ", n);
   if (n == 0) return;
   if (!x || !y) fail("MoE layer: null activations");
