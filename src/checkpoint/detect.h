@@ -11,7 +11,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "format/format.h"
-#include "kernels/weights.h"
+#include "format/weight_view.h"
 
 namespace nibble {
 

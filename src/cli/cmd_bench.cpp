@@ -53,7 +53,7 @@
 #include "kernels/cpu/read_only.h"
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble::cli {

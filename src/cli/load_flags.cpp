@@ -6,7 +6,7 @@
 #include "cli/text_generation.h"
 #include "cli/usage_error.h"
 #include "kernels/registry.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble::cli {
 

@@ -14,7 +14,7 @@
 #include "convert/quant_metadata.h"
 #include "convert/shard_pipeline.h"
 #include "convert/staging.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

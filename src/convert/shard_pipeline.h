@@ -21,7 +21,7 @@
 
 #include "convert/convert_plan.h"
 #include "convert/expert_convert.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "device/device.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

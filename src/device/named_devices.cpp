@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "device/device.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

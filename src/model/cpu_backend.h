@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/backend.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

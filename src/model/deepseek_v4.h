@@ -23,7 +23,7 @@
 #include "model/backend.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/model.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

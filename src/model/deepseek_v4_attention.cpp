@@ -7,7 +7,7 @@
 
 #include "model/backend.h"
 #include "model/forward_profile.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

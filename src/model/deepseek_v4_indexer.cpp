@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

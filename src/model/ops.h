@@ -11,7 +11,7 @@
 
 #include "kernels/linear.h"
 #include "kernels/weights.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

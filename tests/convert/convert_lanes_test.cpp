@@ -17,7 +17,7 @@
 #include "convert/convert.h"
 #include "convert/shard_pipeline.h"
 #include "convert_test_util.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 namespace {

@@ -27,7 +27,7 @@
 #include "device/device.h"
 #include "kernels/cpu/random_weights.h"
 #include "kernels/registry.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 namespace {

@@ -26,7 +26,7 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/random_weights.h"
 #include "rounding.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

@@ -17,7 +17,7 @@
 #include "kernels/cpu/random_weights.h"
 #include "kernels/moe_routing.h"
 #include "rounding.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

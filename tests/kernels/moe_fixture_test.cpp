@@ -25,7 +25,7 @@
 #include "checkpoint/safetensors.h"
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/moe_routing.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {

@@ -13,7 +13,7 @@
 #include "kernels/cpu/random_weights.h"
 #include "kernels/cpu/read_only.h"
 #include "kernels/moe_routing.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 namespace {

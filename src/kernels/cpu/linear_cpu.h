@@ -11,7 +11,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/kernels_x86.h"
 #include "kernels/linear.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

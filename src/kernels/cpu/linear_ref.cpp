@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kernels/linear.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

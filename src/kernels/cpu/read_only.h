@@ -17,7 +17,7 @@
 #include "kernels/cpu/kernels_x86.h"
 #include "kernels/linear.h"
 #include "kernels/moe.h"
-#include "runtime/thread_pool.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 
