@@ -42,9 +42,9 @@
 
 #include "cli/args.h"
 #include "cli/bench_decode.h"
-#include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/load_flags.h"
+#include "cli/usage_error.h"
 #include "device/device.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_cpu.h"
@@ -53,8 +53,8 @@
 #include "kernels/cpu/read_only.h"
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble::cli {
 namespace {

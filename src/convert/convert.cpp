@@ -14,8 +14,8 @@
 #include "convert/quant_metadata.h"
 #include "convert/shard_pipeline.h"
 #include "convert/staging.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

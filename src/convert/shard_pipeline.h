@@ -21,8 +21,8 @@
 
 #include "convert/convert_plan.h"
 #include "convert/expert_convert.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

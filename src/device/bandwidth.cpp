@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "device/device.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

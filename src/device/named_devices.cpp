@@ -6,8 +6,8 @@
 #include <mutex>
 
 #include "device/device.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 

@@ -19,8 +19,8 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
-#include "model/deepseek_v4_config.h"
 #include "model/backend.h"
+#include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/model.h"
 #include "util/thread_pool.h"

@@ -7,15 +7,15 @@
 
 #include "model/backend.h"
 #include "model/forward_profile.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 
 // The grouped output projection: o [n, H*d] -> y [n, G*o_lora]. Group g's
 // slice o[:, g*Cg : (g+1)*Cg] meets rows g*o_lora .. of wo_a.
 void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const float* o, int64_t n, float* y,
-                  ThreadPool* pool) {
+                      ThreadPool* pool) {
   const int64_t G = s.o_groups, R = s.o_lora, Cg = s.heads * s.head_dim / G;
   std::vector<float> xg(size_t(n * Cg)), yg(size_t(n * R)), full;
   for (int64_t g = 0; g < G; ++g) {

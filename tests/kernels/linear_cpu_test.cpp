@@ -26,8 +26,8 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/cpu/random_weights.h"
 #include "rounding.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 namespace {

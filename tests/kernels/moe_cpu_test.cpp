@@ -17,8 +17,8 @@
 #include "kernels/cpu/random_weights.h"
 #include "kernels/moe_routing.h"
 #include "rounding.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 namespace {

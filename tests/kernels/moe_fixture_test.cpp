@@ -25,8 +25,8 @@
 #include "checkpoint/safetensors.h"
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/moe_routing.h"
-#include "util/thread_pool.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 namespace {
