@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "fixture_util.h"
+#include "scratch_model.h"
 #include "kernels/registry.h"
 #include "model/deepseek_v4.h"
 #include "util/error.h"
@@ -296,6 +297,44 @@ TEST_P(TruncateFork, BadBatchesChangeNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TruncateFork, ::testing::ValuesIn(test::dsv4_fixtures()));
+
+// A sequence that would run past the context fails the whole step before
+// anything runs: the other sequence of the step is untouched.
+TEST(BatchStep, PastTheContextChangesNothing) {
+  test::ScratchModel scratch;
+  scratch.config["max_position_embeddings"] = 12;
+  scratch.write_config();
+  auto m = load_model(scratch.path(), test::test_load_options("auto"));
+  const int64_t V = m->vocab_size();
+  const std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  const std::vector<float> ref = feed_alone(*m, std::span<const int32_t>(toks.data(), 11));
+  auto a = m->new_state(), b = m->new_state();
+  m->forward(*a, std::span<const int32_t>(toks.data(), 10), nullptr, false);
+  m->forward(*b, std::span<const int32_t>(toks.data(), 10), nullptr, false);
+  std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(3 * V));
+  SeqStep s[2];
+  s[0].state = a.get();
+  s[0].tokens = std::span<const int32_t>(toks.data() + 10, 1);
+  s[0].logits = la.data();
+  s[0].id = 3;
+  s[1].state = b.get();
+  s[1].tokens = std::span<const int32_t>(toks.data() + 10, 3);  // 13 > 12
+  s[1].logits = lb.data();
+  s[1].id = 4;
+  try {
+    m->step(s);
+    ADD_FAILURE() << "no error past the context";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 4: it would hold 13 tokens (10 already, 3 more) but the model's "
+                                         "context is 12 tokens"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(a->position(), 10);
+  EXPECT_EQ(b->position(), 10);
+  m->step(std::span<const SeqStep>(s, 1));  // sequence 3 alone still computes what it would have
+  EXPECT_EQ(std::memcmp(la.data(), ref.data() + 10 * V, size_t(V) * sizeof(float)), 0);
+}
 
 }  // namespace
 }  // namespace nibble
