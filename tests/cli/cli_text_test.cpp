@@ -217,6 +217,7 @@ TEST(CliText, ConfigErrorsNameTheField) {
       {[](json& j) { j["rope_theta"] = 0; }, "\"rope_theta\" must be", "rope_theta rope_theta"},
       {[](json& j) { j["eos_token_id"] = 4096; }, "\"eos_token_id\"", "generation_config"},
       {[](json& j) { j["bos_token_id"] = -1; }, "\"bos_token_id\"", "generation_config"},
+      {[](json& j) { j.erase("hidden_size"); }, "\"hidden_size\" is missing", "4096"},
   };
   for (const auto& c : cases) {
     EditedModel m("config.json", c.edit);
