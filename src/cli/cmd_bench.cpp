@@ -705,7 +705,7 @@ int run_bench(const std::vector<std::string>& argv) {
     return 0;
   }
   if (args.positional.size() != 1) usage_fail("expected one of bandwidth, linear, moe (usage: ", usage, ")");
-  const int threads = int(args.integer("--threads", 0, 0, 4096));
+  const int threads = threads_arg(args);  // warns above the hardware's count
   const bool json = args.has("--json");
   given_bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
   const std::string what = args.positional[0];
