@@ -17,6 +17,10 @@ Deterministic (fixed seeds). Writes, with the reference `safetensors` library:
                        compact template of the full DeepSeek-V4-Flash checkpoint
                        (69,187 tensors, 46 shards) that src/checkpoint/skeleton.cpp
                        expands into real headers with sparse data at test time
+  dsv4_flash_nvfp4_{current,early}_skeleton.json
+                       the same with NVFP4 routed experts (135,235 tensors) and
+                       ModelOpt's hf_quant_config.json in either schema (the early
+                       one names all 33,024 expert matrices)
 
 Tensor names, dtypes and the config fields follow docs/checkpoints.md and
 docs/dsv4.md section 3; only the dimensions are tiny. The NVFP4 experts are
@@ -756,7 +760,92 @@ def template_entries(inv, prefix):
     return out
 
 
-def gen_skeleton():
+def brace_expand(text):
+    """Bash-style brace expansion as src/checkpoint/skeleton.cpp does it:
+    "a.{0..2}.{x,y}" -> a.0.x a.0.y a.1.x ... (first brace slowest)."""
+    start = 0
+    while True:
+        open_ = text.find("{", start)
+        if open_ < 0:
+            return [text]
+        close = text.index("}", open_)
+        inner = text[open_ + 1:close]
+        if ".." in inner:
+            lo, hi = inner.split("..")
+            alts = [str(v) for v in range(int(lo), int(hi) + 1)]
+        elif "," in inner:
+            alts = inner.split(",")
+        else:
+            start = close
+            continue
+        tails = brace_expand(text[close + 1:])
+        return [text[:open_] + a + t for a in alts for t in tails]
+
+
+def brace_expand_json(j):
+    if isinstance(j, dict):
+        out = {}
+        for k, v in j.items():
+            for key in brace_expand(k):
+                assert key not in out, key
+                out[key] = brace_expand_json(v)
+        return out
+    if isinstance(j, list):
+        out = []
+        for e in j:
+            out.extend(brace_expand(e) if isinstance(e, str) else [brace_expand_json(e)])
+        return out
+    return j
+
+
+def nvfp4_expert_entries(mxfp4_entries):
+    """The NVFP4 tensors of one routed expert for its MXFP4 [name, dtype, shape]
+    entries: U8 weight, F8_E4M3 weight_scale per 16, F32 weight_scale_2 and
+    input_scale scalars (as build_dsv4's nvfp4 variant writes them)."""
+    out = []
+    for n, dt, sh in mxfp4_entries:
+        if n.endswith(".scale"):
+            continue
+        assert n.endswith(".weight") and dt == "I8", (n, dt)
+        base = n[:-len(".weight")]
+        o, half = sh
+        out += [[base + ".weight", "U8", [o, half]], [base + ".weight_scale", "F8_E4M3", [o, half * 2 // 16]],
+                [base + ".weight_scale_2", "F32", []], [base + ".input_scale", "F32", []]]
+    return out
+
+
+def nvfp4_early_hf_quant_braced(d):
+    """nvfp4_early_files' hf_quant_config.json, written with brace ranges."""
+    L = d["num_hidden_layers"] - 1
+    E = d["n_routed_experts"] - 1
+    mods = "attn.wq_a,attn.wq_b,attn.wkv,attn.wo_a,attn.wo_b,ffn.shared_experts.w1,ffn.shared_experts.w2," \
+           "ffn.shared_experts.w3"
+    assert d["num_nextn_predict_layers"] == 1
+    return {
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+        "quantization": {
+            "quant_algo": None, "kv_cache_quant_algo": None,
+            "quantized_layers": {f"layers.{{0..{L}}}.ffn.experts.{{0..{E}}}.{{w1,w2,w3}}":
+                                 {"quant_algo": "NVFP4", "awq_block_size": 16}},
+            "exclude_modules": [f"layers.{{0..{L}}}.{{{mods}}}", f"mtp.0.{{{mods}}}",
+                                f"mtp.0.ffn.experts.{{0..{E}}}.{{w1,w2,w3}}", "head"]}}
+
+
+# variant -> (file name, expected tensors, expected total_size); the NVFP4
+# numbers follow from the stock ones: each of the 43 x 256 x 3 routed expert
+# matrices [o, i] (o * i = 2048 * 4096) trades its UE8M0 scale (o*i/32 bytes)
+# for an E4M3 weight_scale (o*i/16) and two F32 scalars, 2 tensors more.
+SKELETON_MATRICES = 43 * 256 * 3
+SKELETONS = {
+    "stock": ("dsv4_flash_skeleton.json", 69187, 159609485896),
+    "nvfp4_current": ("dsv4_flash_nvfp4_current_skeleton.json", 69187 + 2 * SKELETON_MATRICES,
+                      159609485896 + SKELETON_MATRICES * (2048 * 4096 // 32 + 8)),
+    "nvfp4_early": ("dsv4_flash_nvfp4_early_skeleton.json", 69187 + 2 * SKELETON_MATRICES,
+                    159609485896 + SKELETON_MATRICES * (2048 * 4096 // 32 + 8)),
+}
+
+
+def gen_skeleton(variant="stock"):
     d = FLASH
     inv = dsv4_inventory(d)
     # Split the inventory into the template pieces the skeleton writer expands.
@@ -793,12 +882,17 @@ def gen_skeleton():
                                 for n, dt, sh in select("layers.0.", lambda n: n.startswith("ffn.experts.0."))]},
         "mtp": {"tensors": select("mtp.0.", mtp_only)},
     }
+    nvfp4 = variant != "stock"
+    if nvfp4:
+        templates["experts_nvfp4"] = {"repeat": d["n_routed_experts"], "prefix": "ffn.experts.{i}.",
+                                      "tensors": nvfp4_expert_entries(templates["experts"]["tensors"])}
+    layer_experts = "experts_nvfp4" if nvfp4 else "experts"
     ratios = d["compress_ratios"]
     kind = {0: [], 4: ["csa"], 128: ["hca"]}
     shards = [[{"prefix": "", "use": ["embed"]}]]
     for i in range(d["num_hidden_layers"]):
         gate = "hash_gate" if i < d["num_hash_layers"] else "score_gate"
-        shards.append([{"prefix": f"layers.{i}.", "use": ["block"] + kind[ratios[i]] + [gate, "experts"]}])
+        shards.append([{"prefix": f"layers.{i}.", "use": ["block"] + kind[ratios[i]] + [gate, layer_experts]}])
     shards.append([{"prefix": "", "use": ["head"]}])
     shards.append([{"prefix": "mtp.0.", "use": ["block"] + kind[ratios[-1]] + ["score_gate", "experts", "mtp"]}])
 
@@ -818,33 +912,61 @@ def gen_skeleton():
         return names
     expanded = expand()
     stock = {n: (dt, sh) for n, dt, sh in template_entries(inv, "")}
-    assert {n: v[:2] for n, v in expanded.items()} == stock
+    want = dict(stock)
+    if nvfp4:  # the routed experts of layers.* (not mtp.*) re-quantized
+        for n in [n for n in stock if n.startswith("layers.") and ".ffn.experts." in n]:
+            del want[n]
+        for n, (dt, sh) in stock.items():
+            if n.startswith("layers.") and ".ffn.experts." in n and n.endswith(".weight"):
+                for e in nvfp4_expert_entries([[n, dt, sh]]):
+                    want[e[0]] = (e[1], e[2])
+    assert {n: v[:2] for n, v in expanded.items()} == want
     total = sum(math.prod(sh) * DTYPE_SIZE[dt] for dt, sh, _ in expanded.values())
     # dsv4.md section 3 and the header audits it cites.
-    assert len(expanded) == 69187, len(expanded)
+    file_name, n_tensors, total_size = SKELETONS[variant]
+    assert len(expanded) == n_tensors, len(expanded)
     assert sum(n.startswith("mtp.0.") for n in expanded) == 1575
-    assert total == 159609485896, total
+    assert total == total_size, total
     counts = {}
     for dt, _, _ in expanded.values():
         counts[dt] = counts.get(dt, 0) + 1
-    assert counts == {"BF16": 433, "F32": 417, "F8_E4M3": 375, "F8_E8M0": 34167, "I64": 3,
-                      "I8": 33792}, counts
+    if not nvfp4:
+        assert counts == {"BF16": 433, "F32": 417, "F8_E4M3": 375, "F8_E8M0": 34167, "I64": 3,
+                          "I8": 33792}, counts
     assert len(shards) == 46
 
+    files = {}
+    config = dsv4_config(d)
+    if variant == "nvfp4_current":
+        cur = nvfp4_current_files(d)
+        config, files = cur["config.json"], {"hf_quant_config.json": cur["hf_quant_config.json"]}
+    elif variant == "nvfp4_early":
+        early = nvfp4_early_files(d)
+        braced = nvfp4_early_hf_quant_braced(d)
+        assert brace_expand_json(braced) == early["hf_quant_config.json"]
+        config, files = early["config.json"], {"hf_quant_config.json": braced}
+
     doc = {
-        "comment": ["DeepSeek-V4-Flash (deepseek-ai/DeepSeek-V4-Flash) checkpoint skeleton, generated by",
+        "comment": [{"stock": "DeepSeek-V4-Flash (deepseek-ai/DeepSeek-V4-Flash) checkpoint skeleton, generated by",
+                     "nvfp4_current": "DeepSeek-V4-Flash NVFP4 (ModelOpt current schema) checkpoint skeleton, generated by",
+                     "nvfp4_early": "DeepSeek-V4-Flash NVFP4 (ModelOpt early schema) checkpoint skeleton, generated by"}[variant],
                     "tools/gen_checkpoint_fixtures.py from docs/dsv4.md section 3. Every shard is the",
                     "concatenation of its groups; a group prefixes the tensors of the templates it uses,",
                     "a template with 'repeat' N is expanded N times with {i} = 0..N-1 in its prefix.",
                     "Shard assignment (inferred from public header audits: layer 0 in shard 2,",
                     "head/hc_head in shard 45, mtp.0 in shard 46): embed, one shard per layer, head, MTP.",
-                    "Expands to 69187 tensors, 159609485896 bytes (index total_size)."],
+                    f"Expands to {n_tensors} tensors, {total_size} bytes (index total_size)."] +
+                   (["Routed experts of layers.* in NVFP4 (the lossless MXFP4 cast), mtp.0 experts MXFP4.",
+                     "'files' are written beside config.json after brace expansion of keys and",
+                     "array strings: {a..b} a range, {x,y} alternatives."] if nvfp4 else []),
         "shard_name": "model-{n:05}-of-{count:05}.safetensors",
         "shard_metadata": SHARD_METADATA,
-        "config": dsv4_config(d),
+        "config": config,
         "templates": templates,
         "shards": shards,
     }
+    if files:
+        doc["files"] = files
     # One tensor / shard per line keeps the file short and diffable.
     lines = ["{"]
     for key in ("comment", "shard_name", "shard_metadata", "config"):
@@ -862,11 +984,13 @@ def gen_skeleton():
     lines.append(' "shards": [')
     for si, s in enumerate(shards):
         lines.append("  " + json.dumps(s) + ("," if si + 1 < len(shards) else ""))
-    lines.append(" ]")
+    lines.append(" ]" + ("," if files else ""))
+    if files:
+        lines.append(f' "files": {json.dumps(files)}')
     lines.append("}")
     text = "\n".join(lines) + "\n"
     assert json.loads(text) == doc
-    (OUT / "dsv4_flash_skeleton.json").write_text(text)
+    (OUT / file_name).write_text(text)
 
 
 def main():
@@ -878,7 +1002,8 @@ def main():
     gen_gptq_awq()
     gen_gpt_oss()
     gen_writer()
-    gen_skeleton()
+    for variant in SKELETONS:
+        gen_skeleton(variant)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"wrote {OUT.relative_to(ROOT)} ({total / 1024:.0f} KiB)")
 

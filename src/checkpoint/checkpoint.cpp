@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -67,11 +69,12 @@ std::vector<std::string> shards_from_index(const json& index, const std::string&
 }
 
 // An optional JSON file of the folder that must hold an object.
-bool read_optional_object(const fs::path& p, json* out) {
-  if (!path_exists(p)) return false;
-  *out = read_json_file(p.string());
+// The parsed object, or null when the file is absent.
+std::unique_ptr<json> read_optional_object(const fs::path& p) {
+  if (!path_exists(p)) return nullptr;
+  auto out = std::make_unique<json>(read_json_file(p.string()));
   if (!out->is_object()) fail(p.string(), ": is a JSON ", out->type_name(), ", not an object");
-  return true;
+  return out;
 }
 
 }  // namespace
@@ -82,6 +85,9 @@ json read_json_file(const std::string& path) {
   if (doc.is_discarded()) fail(path, ": not valid JSON");
   return doc;
 }
+
+Checkpoint::Checkpoint() : config_(std::make_unique<json>(json::object())) {}
+Checkpoint::~Checkpoint() = default;
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
   auto ck = std::unique_ptr<Checkpoint>(new Checkpoint());
@@ -97,9 +103,9 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
     shard_files.push_back(path);
   } else {
     fs::path dir(path);
-    read_optional_object(dir / "config.json", &ck->config_);
-    ck->has_hf_quant_ = read_optional_object(dir / "hf_quant_config.json", &ck->hf_quant_);
-    ck->has_generation_ = read_optional_object(dir / "generation_config.json", &ck->generation_);
+    if (auto cfg = read_optional_object(dir / "config.json")) ck->config_ = std::move(cfg);
+    ck->hf_quant_ = read_optional_object(dir / "hf_quant_config.json");
+    ck->generation_ = read_optional_object(dir / "generation_config.json");
     if (path_exists(dir / "model.safetensors.index.json")) {
       index_path = (dir / "model.safetensors.index.json").string();
       // Strict: a tensor listed twice could point at two different shards.

@@ -8,7 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +22,7 @@ class Checkpoint {
   // `path` is a model folder or a single .safetensors file. Throws
   // nibble::Error naming the file (and tensor) for anything malformed.
   static std::unique_ptr<Checkpoint> open(const std::string& path);
+  ~Checkpoint();
 
   const std::string& path() const { return path_; }  // the folder (or the file)
   bool is_folder() const { return is_folder_; }
@@ -39,13 +40,15 @@ class Checkpoint {
   std::optional<uint64_t> index_total_size() const { return index_total_size_; }
 
   // Parsed JSON files; config() is an empty object when there is no config.json.
-  const nlohmann::json& config() const { return config_; }
-  const nlohmann::json* hf_quant_config() const { return has_hf_quant_ ? &hf_quant_ : nullptr; }
-  const nlohmann::json* generation_config() const { return has_generation_ ? &generation_ : nullptr; }
+  const nlohmann::json& config() const { return *config_; }
+  const nlohmann::json* hf_quant_config() const { return hf_quant_.get(); }
+  const nlohmann::json* generation_config() const { return generation_.get(); }
   // Path of a file inside the folder ("tokenizer.json").
   std::string file_path(const std::string& name) const;
 
  private:
+  Checkpoint();
+
   std::string path_;
   bool is_folder_ = false;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
@@ -53,9 +56,10 @@ class Checkpoint {
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;
   uint64_t total_bytes_ = 0;
   std::optional<uint64_t> index_total_size_;
-  nlohmann::json config_ = nlohmann::json::object();
-  nlohmann::json hf_quant_, generation_;
-  bool has_hf_quant_ = false, has_generation_ = false;
+  // Behind pointers so that this header needs only json_fwd.hpp; config_ is
+  // never null (an empty object without config.json), the others are null
+  // when their file is absent.
+  std::unique_ptr<nlohmann::json> config_, hf_quant_, generation_;
 };
 
 // Reads a JSON file; errors name the file. Used for the configs.

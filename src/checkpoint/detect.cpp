@@ -9,6 +9,9 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 
@@ -49,8 +52,15 @@ struct Metadata {
   // hf_quant_config.json (ModelOpt)
   bool modelopt = false;
   std::string modelopt_algo;                 // "MIXED_PRECISION", "NVFP4", "" (null)
-  std::map<std::string, std::string> layers; // quantized_layers: module -> algo
-  std::vector<std::string> excludes;         // exclude_modules globs
+  // quantized_layers: module -> algo. Hashed: the early schema lists every
+  // expert matrix (~33,000 keys for DeepSeek-V4-Flash), and each of ~35,000
+  // weights looks up itself and its parents.
+  std::unordered_map<std::string, std::string> layers;
+  // exclude_modules, split so that a weight costs one hash lookup per literal
+  // (the early schema names ~1,100 modules one by one) plus one fnmatch per
+  // real glob (the current schema has a handful).
+  std::unordered_set<std::string> exclude_names;  // entries without * ? [
+  std::vector<std::string> exclude_globs;
   // config.json
   std::string quant_method;                  // quantization_config.quant_method
   std::string moe_quant_algo;                // quantization_config.moe_quant_algo
@@ -84,14 +94,21 @@ Metadata read_metadata(const Checkpoint& ck) {
     if (auto ql = quant.find("quantized_layers"); ql != quant.end() && ql->is_object()) add_layers(*ql);
     if (m.modelopt_algo.empty()) add_layers(quant);  // early schema may inline per-module keys
     if (auto ex = quant.find("exclude_modules"); ex != quant.end() && ex->is_array())
-      for (const auto& e : *ex)
-        if (e.is_string()) m.excludes.push_back(e.get<std::string>());
+      for (const auto& e : *ex) {
+        if (!e.is_string()) continue;
+        std::string pat = e.get<std::string>();
+        if (pat.find_first_of("*?[") == std::string::npos) m.exclude_names.insert(std::move(pat));
+        else m.exclude_globs.push_back(std::move(pat));
+      }
     std::string algo_u = lower(m.modelopt_algo);
     if (!m.modelopt_algo.empty() && algo_u != "mixed_precision" && !algo_format(m.modelopt_algo))
       m.unsupported.push_back({"ModelOpt quant_algo " + m.modelopt_algo, path + " quantization.quant_algo", ""});
+    std::vector<const std::string*> bad;  // in name order, as the report lists them
     for (const auto& [module, algo] : m.layers)
-      if (!algo_format(algo))
-        m.unsupported.push_back({"ModelOpt quant_algo " + algo, path + " quantized_layers", module});
+      if (!algo_format(algo)) bad.push_back(&module);
+    std::sort(bad.begin(), bad.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+    for (const std::string* module : bad)
+      m.unsupported.push_back({"ModelOpt quant_algo " + m.layers.at(*module), path + " quantized_layers", *module});
   }
   const json& cfg = ck.config();
   m.expert_dtype = json_str(cfg, "expert_dtype");
@@ -139,13 +156,25 @@ Metadata read_metadata(const Checkpoint& ck) {
   return m;
 }
 
+// Whether exclude_modules names `base` or `base.weight` (a literal matches
+// only itself, as fnmatch would match it).
 bool excluded(const Metadata& m, const std::string& base) {
-  for (const auto& pat : m.excludes) {
-    if (fnmatch(pat.c_str(), base.c_str(), 0) == 0) return true;
-    std::string w = base + ".weight";
-    if (fnmatch(pat.c_str(), w.c_str(), 0) == 0) return true;
-  }
+  const std::string w = base + ".weight";
+  if (m.exclude_names.count(base) || m.exclude_names.count(w)) return true;
+  for (const auto& pat : m.exclude_globs)
+    if (fnmatch(pat.c_str(), base.c_str(), 0) == 0 || fnmatch(pat.c_str(), w.c_str(), 0) == 0) return true;
   return false;
+}
+
+// The longest quantized_layers key that is `base` itself or a parent module
+// of it ("layers.3.ffn.experts" for "layers.3.ffn.experts.7.w1"): one hash
+// lookup per dot in the name, longest first.
+const std::pair<const std::string, std::string>* quantized_layer(const Metadata& m, const std::string& base) {
+  for (size_t end = base.size(); end != std::string::npos && end > 0; end = base.rfind('.', end - 1)) {
+    auto it = m.layers.find(base.substr(0, end));
+    if (it != m.layers.end()) return &*it;
+  }
+  return nullptr;
 }
 
 struct Expectation {
@@ -158,15 +187,10 @@ struct Expectation {
 Expectation expected(const Metadata& m, const std::string& base, bool fp8_stored) {
   const bool expert = is_expert_weight(base);
   if (m.modelopt && !excluded(m, base)) {
-    // Longest quantized_layers key that is the module itself or a parent of it.
-    std::string best;
-    for (const auto& [module, algo] : m.layers)
-      if ((base == module || base.rfind(module + ".", 0) == 0) && module.size() > best.size())
-        best = module;
     const std::string src = "hf_quant_config.json, " + schema_of_modelopt(m);
-    if (!best.empty())
-      return {algo_format(m.layers.at(best)),
-              src + ": quantized_layers[\"" + best + "\"] = " + m.layers.at(best)};
+    if (const auto* layer = quantized_layer(m, base))
+      return {algo_format(layer->second),
+              src + ": quantized_layers[\"" + layer->first + "\"] = " + layer->second};
     if (auto f = algo_format(m.modelopt_algo)) return {f, src + ": quant_algo " + m.modelopt_algo};
   }
   // ModelOpt's moe_quant_algo covers what hf_quant_config.json quantized:

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_writer.h"
@@ -69,6 +70,72 @@ std::vector<TensorSpec> expand_template(const json& tp, const std::string& tp_na
     }
   }
   return out;
+}
+
+// Bash-style brace expansion: "a.{0..2}.{x,y}" -> a.0.x a.0.y a.1.x ... a.2.y
+// (left to right, the first brace varying slowest). A brace holding neither
+// ".." nor "," is kept as written.
+std::vector<std::string> expand_braces(const std::string& s, const std::string& at) {
+  size_t open = s.find('{');
+  while (open != std::string::npos) {
+    size_t close = s.find('}', open);
+    if (close == std::string::npos) fail(at, ": unclosed brace in ", s);
+    const std::string inner = s.substr(open + 1, close - open - 1);
+    std::vector<std::string> alts;
+    if (size_t dots = inner.find(".."); dots != std::string::npos) {
+      const std::string lo_s = inner.substr(0, dots), hi_s = inner.substr(dots + 2);
+      if (lo_s.empty() || hi_s.empty() || lo_s.find_first_not_of("0123456789") != std::string::npos ||
+          hi_s.find_first_not_of("0123456789") != std::string::npos)
+        fail(at, ": bad range {", inner, "} in ", s);
+      const long lo = std::stol(lo_s), hi = std::stol(hi_s);
+      if (lo > hi) fail(at, ": empty range {", inner, "} in ", s);
+      for (long v = lo; v <= hi; ++v) alts.push_back(std::to_string(v));
+    } else if (inner.find(',') != std::string::npos) {
+      for (size_t b = 0;;) {
+        size_t e = inner.find(',', b);
+        alts.push_back(inner.substr(b, e == std::string::npos ? std::string::npos : e - b));
+        if (e == std::string::npos) break;
+        b = e + 1;
+      }
+    } else {
+      open = s.find('{', close);
+      continue;
+    }
+    std::vector<std::string> out;
+    const std::string head = s.substr(0, open);
+    const std::vector<std::string> tails = expand_braces(s.substr(close + 1), at);
+    for (const auto& a : alts)
+      for (const auto& tail : tails) out.push_back(head + a + tail);
+    return out;
+  }
+  return {s};
+}
+
+// A file's JSON with brace expansion applied to object keys and to the
+// strings of arrays (values stay as written).
+json expand_file(const json& j, const std::string& at) {
+  if (j.is_object()) {
+    json out = json::object();
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      json v = expand_file(it.value(), at);
+      for (auto& k : expand_braces(it.key(), at)) {
+        if (out.contains(k)) fail(at, ": key ", k, " appears twice after expansion");
+        out[k] = v;
+      }
+    }
+    return out;
+  }
+  if (j.is_array()) {
+    json out = json::array();
+    for (const auto& e : j) {
+      if (e.is_string())
+        for (auto& x : expand_braces(e.get<std::string>(), at)) out.push_back(std::move(x));
+      else
+        out.push_back(expand_file(e, at));
+    }
+    return out;
+  }
+  return j;
 }
 
 // Writes the header and extends the file to its full size without data.
@@ -153,6 +220,16 @@ SkeletonSummary write_skeleton_checkpoint(const std::string& template_path, cons
     ++sum.shards;
   }
   write_file_atomic((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+  if (doc.contains("files")) {
+    const json& files = doc.at("files");
+    if (!files.is_object()) fail(where, ": \"files\" must be an object");
+    for (auto it = files.begin(); it != files.end(); ++it) {
+      if (it.key().find('/') != std::string::npos || it.key() == "config.json")
+        fail(where, ": files: bad file name ", it.key());
+      write_file_atomic((fs::path(dir) / it.key()).string(),
+                        expand_file(it.value(), where + ": files: " + it.key()).dump(2) + "\n");
+    }
+  }
   write_safetensors_index((fs::path(dir) / "model.safetensors.index.json").string(), sum.total_size,
                           weight_map);
   return sum;
@@ -162,8 +239,17 @@ std::string dsv4_flash_skeleton_template() {
   return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/checkpoints/dsv4_flash_skeleton.json";
 }
 
-std::string write_dsv4_flash_skeleton(const std::string& dir) {
-  write_skeleton_checkpoint(dsv4_flash_skeleton_template(), dir);
+std::string dsv4_flash_skeleton_template(const std::string& variant) {
+  if (variant == "stock") return dsv4_flash_skeleton_template();
+  if (variant != "nvfp4_current" && variant != "nvfp4_early")
+    fail("no DeepSeek-V4-Flash skeleton variant ", variant, " (stock, nvfp4_current, nvfp4_early)");
+  return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/checkpoints/dsv4_flash_" + variant + "_skeleton.json";
+}
+
+std::string write_dsv4_flash_skeleton(const std::string& dir) { return write_dsv4_flash_skeleton(dir, "stock"); }
+
+std::string write_dsv4_flash_skeleton(const std::string& dir, const std::string& variant) {
+  write_skeleton_checkpoint(dsv4_flash_skeleton_template(variant), dir);
   return dir;
 }
 

@@ -9,10 +9,15 @@
 //    "shard_metadata": {str: str}, "config": {...config.json...},
 //    "templates": {name: {"repeat": N, "prefix": "ffn.experts.{i}.",
 //                         "tensors": [[name, dtype, shape], ...]}},
-//    "shards": [[{"prefix": "layers.0.", "use": [template names]}, ...], ...]}
+//    "shards": [[{"prefix": "layers.0.", "use": [template names]}, ...], ...],
+//    "files": {"hf_quant_config.json": {...}}}   (optional)
 // Shard k holds the tensors of its groups: group prefix + template prefix
 // (with {i} = 0..repeat-1) + tensor name. Within a shard, tensors are laid out
-// in the reference library's order (sort_like_safetensors).
+// in the reference library's order (sort_like_safetensors). Each entry of
+// "files" is written as a JSON file beside config.json after bash-style brace
+// expansion of its object keys and array strings ("layers.{0..42}.ffn.{w1,w2}"
+// -> 86 keys), so that a metadata file naming every expert matrix stays small
+// in the template.
 #pragma once
 
 #include <cstddef>
@@ -41,5 +46,15 @@ std::string dsv4_flash_skeleton_template();
 // The full DeepSeek-V4-Flash checkpoint as a skeleton in `dir`: 46 shards,
 // 69,187 tensors, index total_size 159,609,485,896. Returns `dir`.
 std::string write_dsv4_flash_skeleton(const std::string& dir);
+
+// The same checkpoint as NVIDIA's NVFP4 re-quantization: routed experts of
+// layers 0..42 in NVFP4 (U8 weight, E4M3 weight_scale per 16, F32
+// weight_scale_2 and input_scale), the MTP experts still MXFP4, with
+// hf_quant_config.json in ModelOpt's current schema ("nvfp4_current": 43
+// quantized_layers entries + exclude globs) or early schema ("nvfp4_early":
+// one quantized_layers entry per expert matrix, 33,024, and ~1,100 excluded
+// modules by name). `variant` is "stock", "nvfp4_current" or "nvfp4_early".
+std::string dsv4_flash_skeleton_template(const std::string& variant);
+std::string write_dsv4_flash_skeleton(const std::string& dir, const std::string& variant);
 
 }  // namespace nibble

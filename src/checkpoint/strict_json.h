@@ -4,7 +4,7 @@
 // twice or an index map one tensor to two shards without anyone noticing.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_decode.h"
 #include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/load_flags.h"
@@ -691,8 +692,10 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
 }
 
 int run_bench(const std::vector<std::string>& argv) {
+  // `decode` benchmarks a whole model and has flags of its own.
+  if (!argv.empty() && argv[0] == "decode") return bench_decode(std::vector<std::string>(argv.begin() + 1, argv.end()));
   ParsedArgs args = parse_args(argv, kOptions);
-  const std::string usage = "nibble bench bandwidth|linear|moe [options]";
+  const std::string usage = "nibble bench bandwidth|linear|moe|decode [options]";
   if (args.help) {
     std::cout << format_help(usage,
                              "Measures the CPU kernels against memory bandwidth. `bandwidth` reads a\n"
@@ -704,7 +707,7 @@ int run_bench(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() != 1) usage_fail("expected one of bandwidth, linear, moe (usage: ", usage, ")");
+  if (args.positional.size() != 1) usage_fail("expected one of bandwidth, linear, moe, decode (usage: ", usage, ")");
   const int threads = threads_arg(args);  // warns above the hardware's count
   const bool json = args.has("--json");
   given_bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
@@ -713,10 +716,11 @@ int run_bench(const std::vector<std::string>& argv) {
   ThreadPool pool(threads);
   if (what == "linear") return bench_linear(args, pool, json);
   if (what == "moe") return bench_moe(args, pool, json);
-  usage_fail("unknown benchmark '", what, "' (bandwidth, linear, moe)");
+  usage_fail("unknown benchmark '", what, "' (bandwidth, linear, moe, decode)");
 }
 
-RegisterCommand reg({"bench", "measure kernels against memory bandwidth (bandwidth, linear, moe)", run_bench});
+RegisterCommand reg({"bench", "measure kernels and models against memory bandwidth (bandwidth, linear, moe, decode)",
+                     run_bench});
 
 }  // namespace
 }  // namespace nibble::cli

@@ -75,6 +75,7 @@ nlohmann::json plan_json(const Plan& plan) {
       {"device", {{"name", d.name}, {"kind", d.kind == DeviceKind::cpu ? "cpu" : "cuda"},
                   {"hypothetical", d.hypothetical}, {"description", d.description}, {"cores", d.cores},
                   {"sm", d.sm}, {"bandwidth_gbps", d.bandwidth_gbps}, {"bandwidth_source", d.bandwidth_source}}},
+      {"backend", plan.backend.empty() ? nlohmann::json(nullptr) : nlohmann::json(plan.backend)},
       {"groups", groups},
       {"bytes_per_token", plan.bytes_per_token},
       {"bound_tokens_per_s", plan.bound_tokens_per_s},
@@ -93,6 +94,12 @@ void print_plan(const std::string& path, const Plan& plan) {
               d.hypothetical ? " (hypothetical)" : "", d.description.c_str(), d.cores,
               d.kind == DeviceKind::cpu ? (d.cores == 1 ? "thread" : "threads") : (d.cores == 1 ? "SM" : "SMs"),
               d.bandwidth_gbps, d.bandwidth_source.c_str());
+  if (plan.backend.empty())
+    std::printf("backend   none: nibble has no backend for %s yet; only its kernels are planned\n\n", d.name.c_str());
+  else
+    std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"
+                "          RoPE, window / compressed attention and indexer, MoE, head) with the kernels below\n\n",
+                plan.backend.c_str());
   std::printf("%-26s %-13s %8s %11s %11s  %s\n", "group", "format", "tensors", "bytes", "per token", "kernel");
   for (const auto& g : plan.groups) {
     std::string kernel = g.has_op ? (g.selection.chosen ? std::string(g.selection.chosen->name) + " (" + op_name(g.op) + ")"

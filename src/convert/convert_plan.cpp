@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <regex>
+#include <nlohmann/json.hpp>
 
 #include "convert/source_pages.h"
 #include "format/block.h"

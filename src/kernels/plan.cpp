@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 
@@ -141,6 +142,7 @@ Plan make_plan(const Checkpoint& ck, const Detection& det, const Device& device,
   const json& cfg = ck.config();
   Plan plan;
   plan.device = device;
+  plan.backend = device.kind == DeviceKind::cpu ? "cpu" : "";
   plan.metadata_schema = det.metadata_schema;
   // The same warning for every layer and expert reads as one, with a count.
   std::vector<std::string> folded;

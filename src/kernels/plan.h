@@ -42,6 +42,9 @@ struct Plan {
   uint64_t mtp_params = 0;      // of the multi-token-prediction layer(s), counted apart
   int64_t layers = 0;           // num_hidden_layers
   Device device;
+  // The backend that runs every op of the forward on `device` (model/backend.h):
+  // "cpu" for CPU devices; "" where nibble has none yet (CUDA devices).
+  std::string backend;
   std::vector<GroupPlan> groups;
   uint64_t bytes_per_token = 0;
   double bound_tokens_per_s = 0;  // bandwidth / bytes_per_token

@@ -1,7 +1,9 @@
 #include "model/deepseek_v4.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
+#include "model/cpu_backend.h"
 #include "model/forward_profile.h"
 #include "util/error.h"
 
@@ -9,7 +11,11 @@ namespace nibble {
 
 DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,
                                  const LoadOptions& options)
-    : ck_(std::move(ck)), plan_(std::move(plan)), max_chunk_(options.max_chunk_tokens), pool_(options.threads) {
+    : ck_(std::move(ck)),
+      plan_(std::move(plan)),
+      max_chunk_(options.max_chunk_tokens),
+      pool_(options.threads),
+      backend_(std::make_unique<CpuBackend>(&pool_)) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
     fail("device ", plan_.device.name, ": nibble can only run DeepSeek-V4 on this machine's CPU (device host)");
@@ -17,9 +23,25 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
   w_ = bind_deepseek_v4_weights(*ck_, det, plan_, cfg_, options);
   rope_main_ = RopeTable(cfg_.rope_main, cfg_.rope_dim);
   rope_compress_ = RopeTable(cfg_.rope_compress, cfg_.rope_dim);
+  // What a forward reads besides the routed experts: the plan's bytes per
+  // token less the routed experts' share (top_k of them per token).
+  dense_bytes_ = plan_.bytes_per_token;
+  for (const GroupPlan& g : plan_.groups)
+    if (g.group == "routed_experts") dense_bytes_ -= g.bytes_per_token;
+  for (const BlockWeights& b : w_.layers) {
+    const ExpertWeights& e = b.moe.experts.at(0);
+    expert_bytes_.push_back(e.w1.bytes() + e.w3.bytes() + e.w2.bytes());
+  }
   hc_ = HcShape{cfg_.hc_mult, cfg_.hidden, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), cfg_.rms_eps};
+  if (options.rollback_tokens < 0) fail("rollback_tokens must be >= 0, got ", options.rollback_tokens);
   attn_ = AttentionShape{cfg_.hidden, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.q_lora_rank,
-                         cfg_.o_groups, cfg_.o_lora_rank, cfg_.sliding_window, cfg_.rms_eps};
+                         cfg_.o_groups, cfg_.o_lora_rank, cfg_.sliding_window, cfg_.rms_eps, options.rollback_tokens};
+}
+
+uint64_t DeepseekV4State::memory_bytes() const {
+  uint64_t b = sizeof(*this) + sizeof(int32_t) * tokens_.capacity();
+  for (const AttentionState& l : layers_) b += l.bytes();
+  return b;
 }
 
 std::unique_ptr<ModelState> DeepseekV4Model::new_state() const {
@@ -29,76 +51,172 @@ std::unique_ptr<ModelState> DeepseekV4Model::new_state() const {
   return st;
 }
 
-void DeepseekV4Model::forward(ModelState& state, std::span<const int32_t> tokens, float* logits,
-                              bool all_logits) const {
-  auto* st = dynamic_cast<DeepseekV4State*>(&state);
-  if (!st || st->owner_ != this) fail("DeepSeek-V4 forward: the state belongs to another model");
-  const int64_t n = int64_t(tokens.size());
-  for (int64_t i = 0; i < n; ++i)
-    if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= cfg_.vocab_size)
-      fail("token ", i, " (id ", tokens[size_t(i)], ") is outside the vocabulary of ", cfg_.vocab_size);
-  if (n > cfg_.max_position - st->position_)
-    fail("the sequence would hold ", st->position_ + n, " tokens (", st->position_, " already, ", n,
-         " more) but the model's context is ", cfg_.max_position, " tokens (max_position_embeddings in ",
-         cfg_.path, ")");
+DeepseekV4State& DeepseekV4Model::state_of(const ModelState& s, int64_t id) const {
+  auto* st = dynamic_cast<const DeepseekV4State*>(&s);
+  if (!st || st->owner_ != this) fail("sequence ", id, ": its state belongs to another model");
+  return const_cast<DeepseekV4State&>(*st);
+}
+
+std::unique_ptr<ModelState> DeepseekV4Model::fork(const ModelState& state) const {
+  return std::make_unique<DeepseekV4State>(state_of(state, -1));
+}
+
+void DeepseekV4Model::update_floor(DeepseekV4State& st) const {
+  int64_t floor = 0;
+  for (int64_t l = 0; l < cfg_.n_layers; ++l)
+    floor = std::max(floor, attention_truncate_floor(w_.layers[size_t(l)].attn, attn_, st.layers_[size_t(l)]));
+  st.floor_ = std::min(floor, st.position_);
+}
+
+void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
+  DeepseekV4State& st = state_of(state, -1);
+  if (position < 0 || position > st.position_)
+    fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
+         st.position_, ")");
+  if (position == st.position_) return;
+  if (position >= st.floor_) {
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      attention_truncate(w_.layers[size_t(l)].attn, st.layers_[size_t(l)], position);
+    st.position_ = position;
+    st.tokens_.resize(size_t(position));
+    update_floor(st);
+    return;
+  }
+  // Deeper than the kept rows reach: feed the prefix again into a fresh state.
+  std::vector<int32_t> prefix(st.tokens_.begin(), st.tokens_.begin() + position);
+  auto fresh = new_state();
+  forward(*fresh, prefix, nullptr, false);
+  st = std::move(static_cast<DeepseekV4State&>(*fresh));
+}
+
+void DeepseekV4Model::step(std::span<const SeqStep> batch, StepStats* stats) const {
+  // Every check before anything runs, so a bad entry leaves all states as they were.
+  std::vector<Part> todo;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqStep& s = batch[i];
+    if (!s.state) fail("sequence ", s.id, ": no state");
+    DeepseekV4State& st = state_of(*s.state, s.id);
+    for (size_t j = 0; j < i; ++j)
+      if (batch[j].state == s.state) fail("sequence ", s.id, " appears twice in one step");
+    const int64_t n = int64_t(s.tokens.size());
+    for (int64_t t = 0; t < n; ++t)
+      if (s.tokens[size_t(t)] < 0 || s.tokens[size_t(t)] >= cfg_.vocab_size)
+        fail("sequence ", s.id, ": token ", t, " (id ", s.tokens[size_t(t)], ") is outside the vocabulary of ",
+             cfg_.vocab_size);
+    if (n > cfg_.max_position - st.position_)
+      fail("sequence ", s.id, ": it would hold ", st.position_ + n, " tokens (", st.position_, " already, ", n,
+           " more) but the model's context is ", cfg_.max_position, " tokens (max_position_embeddings in ",
+           cfg_.path, ")");
+    if (s.rows != LogitRows::none && n == 0) fail("sequence ", s.id, ": logits wanted but no token is fed");
+    if (s.rows != LogitRows::none && !s.logits) fail("sequence ", s.id, ": logits wanted but no buffer given");
+    if (n > 0) todo.push_back(Part{&s, &st, 0, n});
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t V = cfg_.vocab_size;
-  for (int64_t c0 = 0; c0 < n; c0 += max_chunk_) {
-    const int64_t len = std::min(max_chunk_, n - c0);
-    const bool last_chunk = c0 + len == n;
-    // Logit rows wanted from this chunk: all of them, the last one, or none.
-    float* out = nullptr;
-    int64_t first = len;
-    if (logits && all_logits) {
-      out = logits + c0 * V;
-      first = 0;
-    } else if (logits && last_chunk) {
-      out = logits;
-      first = len - 1;
+  // Sub-steps of at most max_chunk_ tokens, taking the sequences in order:
+  // each takes what is left of the budget, the rest waits for the next one.
+  std::vector<Part> parts;
+  size_t next = 0;
+  while (next < todo.size()) {
+    parts.clear();
+    int64_t used = 0;
+    for (size_t i = next; i < todo.size() && used < max_chunk_; ++i) {
+      Part& p = todo[i];
+      const int64_t take = std::min(max_chunk_ - used, int64_t(p.seq->tokens.size()) - p.from);
+      parts.push_back(Part{p.seq, p.st, p.from, take});
+      used += take;
     }
-    forward_chunk(*st, tokens.subspan(size_t(c0), size_t(len)), first, out);
+    forward_parts(parts, stats);
+    // parts are todo[next], todo[next + 1], ... in order; only the last can be partial.
+    for (const Part& done : parts) {
+      Part& p = todo[next];
+      p.from += done.count;
+      if (p.from == int64_t(p.seq->tokens.size())) ++next;
+    }
   }
 }
 
-void DeepseekV4Model::forward_chunk(DeepseekV4State& st, std::span<const int32_t> tokens, int64_t first,
-                                    float* logits) const {
-  const int64_t n = int64_t(tokens.size());
-  const int64_t N = cfg_.hc_mult, D = cfg_.hidden, p0 = st.position_;
-  ThreadPool* pool = &pool_;
-  forward_profile_begin(n);
-
-  // Embedding, copied into each of the N residual streams: [n, N, D].
-  std::vector<float> streams(size_t(n * N * D));
-  {
-    PhaseTimer _(Phase::embed);
-    for (int64_t t = 0; t < n; ++t) {
-    float* x = streams.data() + t * N * D;
-    dequantize_row(w_.embed, tokens[size_t(t)], x);
-    for (int64_t k = 1; k < N; ++k) std::copy(x, x + D, x + k * D);
+void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
+  const int64_t N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
+  // The step's tokens, sequence after sequence: ids, positions [T].
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  // Rows whose logits are wanted, and where each goes.
+  std::vector<int64_t> logit_rows;
+  std::vector<float*> logit_out;
+  for (const Part& p : parts) {
+    const int64_t first = int64_t(ids.size()), n_seq = int64_t(p.seq->tokens.size());
+    for (int64_t t = 0; t < p.count; ++t) {
+      ids.push_back(p.seq->tokens[size_t(p.from + t)]);
+      positions.push_back(p.st->position_ + t);
+      const bool all = p.seq->rows == LogitRows::all;
+      const bool last = p.seq->rows == LogitRows::last && p.from + t == n_seq - 1;
+      if (all || last) {
+        logit_rows.push_back(first + t);
+        logit_out.push_back(p.seq->logits + (all ? (p.from + t) * V : 0));
+      }
     }
   }
+  const int64_t n = int64_t(ids.size());
+  forward_profile_begin(n);
+  Backend& be = *backend_;
+  be.begin_step();
 
-  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-    const bool compressed = cfg_.layer_types[size_t(l)] != AttnKind::sliding;
-    block_forward(w_.layers[size_t(l)], hc_, attn_, compressed ? rope_compress_ : rope_main_, rope_compress_,
-                  tokens.data(), n, p0, st.layers_[size_t(l)], streams.data(), pool);
+  // Embedding, copied into each of the N residual streams: [n, N*D].
+  Tensor streams = be.alloc(n, N * D);
+  {
+    PhaseTimer _(Phase::embed);
+    be.embed(w_.embed, ids, N, streams);
   }
-  st.position_ += n;
-  if (!logits || first >= n) return;
+
+  std::vector<AttnSeq> seqs(parts.size());
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    int64_t first = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      seqs[i] = AttnSeq{&parts[i].st->layers_[size_t(l)], first, parts[i].count, parts[i].st->position_};
+      first += parts[i].count;
+    }
+    const bool compressed = cfg_.layer_types[size_t(l)] != AttnKind::sliding;
+    int64_t distinct = 0;
+    block_forward(be, w_.layers[size_t(l)], hc_, attn_, compressed ? rope_compress_ : rope_main_, rope_compress_, ids,
+                  positions, seqs, streams, stats ? &distinct : nullptr);
+    if (stats) {
+      stats->distinct_experts += distinct;
+      stats->weight_bytes += uint64_t(distinct) * expert_bytes_[size_t(l)];
+    }
+  }
+  if (stats) {
+    stats->tokens += n;
+    stats->sub_steps += 1;
+    stats->weight_bytes += dense_bytes_;
+  }
+  {
+    int64_t first = 0;
+    for (const Part& p : parts) {
+      p.st->tokens_.insert(p.st->tokens_.end(), ids.begin() + first, ids.begin() + first + p.count);
+      p.st->position_ += p.count;
+      update_floor(*p.st);
+      first += p.count;
+    }
+  }
+  if (logit_rows.empty()) return;
 
   // Only the rows whose logits are wanted go through the head: [rows, V].
-  const int64_t rows = n - first;
-  std::vector<float> y(size_t(rows * D));
+  const int64_t rows = int64_t(logit_rows.size());
+  Tensor picked = be.alloc(rows, N * D), y = be.alloc(rows, D), logits = be.alloc(rows, V);
+  be.gather_rows(streams, logit_rows, picked);
   {
     PhaseTimer _(Phase::hc);
-    hc_head(w_.hc_head, hc_, streams.data() + first * N * D, rows, y.data(), pool);
+    be.hc_head(w_.hc_head, hc_, picked, y);
   }
   {
     PhaseTimer _(Phase::norm);
-    rms_norm(y.data(), rows, D, w_.norm.data(), cfg_.rms_eps, y.data());
+    be.rms_norm(y, w_.norm.data(), cfg_.rms_eps, y);
   }
-  PhaseTimer _(Phase::head);
-  w_.head.run(y.data(), rows, logits, pool);
+  {
+    PhaseTimer _(Phase::head);
+    be.linear(w_.head, y, logits);
+  }
+  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);
 }
 
 std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

@@ -4,8 +4,12 @@
 //   X = embed(ids) repeated over N streams                     [n, N, D]
 //   for each layer: block_forward (hc + attention, hc + MoE)
 //   y = norm(hc_head(X));  logits = head(y)                    [n, V]
-// A prompt fed at once and fed token by token give the same logits: the
-// state (AttentionState per layer) holds exactly what later tokens read.
+// A step holds the tokens of several sequences: embedding, hyper-connections,
+// norms, projections, MoE and head run once over all of them; attention per
+// sequence (deepseek_v4_attention.h). A prompt fed at once, fed token by token
+// or fed beside other sequences gives the same logits, bit for bit: the state
+// (AttentionState per layer) holds exactly what later tokens read, and every
+// op computes a token's result without reference to the other tokens.
 #pragma once
 
 #include <memory>
@@ -16,6 +20,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "model/deepseek_v4_config.h"
+#include "model/backend.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/model.h"
 #include "runtime/thread_pool.h"
@@ -25,11 +30,15 @@ namespace nibble {
 class DeepseekV4State : public ModelState {
  public:
   int64_t position() const override { return position_; }
+  int64_t truncate_floor() const override { return floor_; }
+  uint64_t memory_bytes() const override;
 
  private:
   friend class DeepseekV4Model;
   const void* owner_ = nullptr;            // the model that made it
   int64_t position_ = 0;
+  int64_t floor_ = 0;                      // max over layers of attention_truncate_floor
+  std::vector<int32_t> tokens_;            // every token fed: [position_] (for deep truncation)
   std::vector<AttentionState> layers_;
 };
 
@@ -46,11 +55,23 @@ class DeepseekV4Model : public Model {
   const DeepseekV4Config& config() const { return cfg_; }
 
   std::unique_ptr<ModelState> new_state() const override;
-  void forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits) const override;
+  std::unique_ptr<ModelState> fork(const ModelState& state) const override;
+  void truncate(ModelState& state, int64_t position) const override;
+  using Model::step;
+  void step(std::span<const SeqStep> batch, StepStats* stats) const override;
+  int64_t step_token_budget() const override { return max_chunk_; }
 
  private:
-  // One chunk of at most max_chunk_ tokens; logits (if not null) of rows [first, n).
-  void forward_chunk(DeepseekV4State& st, std::span<const int32_t> tokens, int64_t first, float* logits) const;
+  // One sequence's part of a sub-step: tokens [from, from + count) of batch entry `seq`.
+  struct Part {
+    const SeqStep* seq;
+    DeepseekV4State* st;
+    int64_t from, count;
+  };
+  DeepseekV4State& state_of(const ModelState& s, int64_t id) const;
+  // One forward over at most max_chunk_ tokens (callers hold mu_).
+  void forward_parts(std::span<const Part> parts, StepStats* stats) const;
+  void update_floor(DeepseekV4State& st) const;
 
   std::string arch_ = "DeepseekV4ForCausalLM";
   std::unique_ptr<Checkpoint> ck_;  // owns the memory maps every view points into
@@ -61,8 +82,11 @@ class DeepseekV4Model : public Model {
   HcShape hc_;
   AttentionShape attn_;
   int64_t max_chunk_ = 256;
-  mutable std::mutex mu_;           // forward() uses pool_ and is not reentrant
+  uint64_t dense_bytes_ = 0;               // per forward: every weight but the routed experts
+  std::vector<uint64_t> expert_bytes_;     // [layer] one routed expert's w1 + w3 + w2
+  mutable std::mutex mu_;           // a step uses pool_ and backend_ and is not reentrant
   mutable ThreadPool pool_;
+  std::unique_ptr<Backend> backend_;  // runs every op of the forward (CpuBackend on pool_)
 };
 
 // The registry's loader for DeepseekV4ForCausalLM.

@@ -5,17 +5,16 @@
 #include <limits>
 #include <optional>
 
+#include "model/backend.h"
 #include "model/forward_profile.h"
 #include "runtime/thread_pool.h"
 #include "util/error.h"
 
 namespace nibble {
 
-namespace {
-
 // The grouped output projection: o [n, H*d] -> y [n, G*o_lora]. Group g's
 // slice o[:, g*Cg : (g+1)*Cg] meets rows g*o_lora .. of wo_a.
-void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, const float* o, int64_t n, float* y,
+void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const float* o, int64_t n, float* y,
                   ThreadPool* pool) {
   const int64_t G = s.o_groups, R = s.o_lora, Cg = s.heads * s.head_dim / G;
   std::vector<float> xg(size_t(n * Cg)), yg(size_t(n * R)), full;
@@ -37,62 +36,45 @@ void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, const float*
   }
 }
 
-}  // namespace
-
-void attention_forward(const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
-                       const RopeTable& compress_rope, const float* x, int64_t n, int64_t p0, AttentionState& st,
-                       float* out, ThreadPool* pool) {
-  const int64_t H = s.heads, d = s.head_dim, W = s.window;
-
-  // Queries: [n, H, d].
-  std::vector<float> qr(size_t(n * s.q_lora)), q(size_t(n * H * d));
-  {
-    PhaseTimer _(Phase::attn_linear);
-    w.wq_a.run(x, n, qr.data(), pool);
-  }
-  rms_norm(qr.data(), n, s.q_lora, w.q_norm.data(), s.rms_eps, qr.data());
-  {
-    PhaseTimer _(Phase::attn_linear);
-    w.wq_b.run(qr.data(), n, q.data(), pool);
-  }
-  rms_norm(q.data(), n * H, d, nullptr, s.rms_eps, q.data());
-  for (int64_t t = 0; t < n; ++t) rope.apply(q.data() + t * H * d, H, d, p0 + t, false);
-
-  // The shared key/value head of the new tokens: [n, d].
-  std::vector<float> kv(size_t(n * d));
-  {
-    PhaseTimer _(Phase::attn_linear);
-    w.wkv.run(x, n, kv.data(), pool);
-  }
-  rms_norm(kv.data(), n, d, w.kv_norm.data(), s.rms_eps, kv.data());
-  for (int64_t t = 0; t < n; ++t) rope.apply(kv.data() + t * d, 1, d, p0 + t, false);
+// One sequence's window keys, compressed-entry selection and attention core:
+// q [count, H, d] and kv [count, d] of its new tokens -> o [count, H, d].
+// Also appends its rows to the compressors and its kv to the ring.
+void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
+                const float* q, const float* kv, const float* comp_kv, const float* comp_score,
+                const IndexerProjections* idx, float* o, ThreadPool* pool) {
+  const int64_t H = s.heads, d = s.head_dim, W = s.window, n = seq.count, p0 = seq.p0;
+  AttentionState& st = *seq.st;
+  const int64_t ring_rows = W + s.rollback;
 
   // Window keys in position order: the ring's last W-1 tokens before p0, then the new ones.
   const int64_t first = std::max<int64_t>(0, p0 - (W - 1));
   const int64_t n_old = p0 - first;
   std::vector<float> keys(size_t((n_old + n) * d));
   for (int64_t p = first; p < p0; ++p)
-    std::copy(st.ring.begin() + (p % W) * d, st.ring.begin() + (p % W + 1) * d, keys.begin() + (p - first) * d);
-  std::copy(kv.begin(), kv.end(), keys.begin() + n_old * d);
+    std::copy(st.ring.begin() + (p % ring_rows) * d, st.ring.begin() + (p % ring_rows + 1) * d,
+              keys.begin() + (p - first) * d);
+  std::copy(kv, kv + n * d, keys.begin() + n_old * d);
 
   // Compressed entries (all of this call's windows close before any query reads them).
   IndexerSelection sel;
   if (w.compressor) {
     PhaseTimer _(Phase::compressor);
-    compressor_forward(*w.compressor, compress_rope, s.rms_eps, x, n, p0, st.compressor, pool);
+    const int64_t width = w.compressor->width();
+    compressor_append(*w.compressor, compress_rope, s.rms_eps, comp_kv + seq.first * width,
+                      comp_score + seq.first * width, n, p0, s.rollback, st.compressor);
   }
   if (w.indexer) {
     PhaseTimer _(Phase::indexer);
-    indexer_forward(*w.indexer, compress_rope, s.rms_eps, x, qr.data(), n, p0, st.indexer, sel, pool);
+    indexer_select(*w.indexer, compress_rope, s.rms_eps, *idx, seq.first, n, p0, s.rollback, st.indexer, sel, pool);
   }
   if (w.indexer && st.indexer.n_entries != st.compressor.n_entries)
     fail("CSA layer: indexer and compressor disagree on the number of windows");
   const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
 
-  // Attention per (token, head).
-  std::vector<float> o(size_t(n * H * d));
+  // Attention per (token, head); each (token, head) is computed whole by one
+  // thread, in key order.
   const float scale = 1.0f / std::sqrt(float(d));
-  std::optional<PhaseTimer> core_timer(Phase::attn_core);
+  PhaseTimer core_timer(Phase::attn_core);
   pool_for(pool, n * H, 1, [&](int64_t i0, int64_t i1) {
     std::vector<const float*> kp;
     std::vector<float> logit, acc(static_cast<size_t>(d));
@@ -109,7 +91,7 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
       }
       // softmax over [scores | sink] (HF concatenates the sink as one more
       // logit and drops its probability); V = K.
-      const float* qh = q.data() + (t * H + h) * d;
+      const float* qh = q + (t * H + h) * d;
       logit.resize(kp.size());
       float mx = w.sink[size_t(h)];
       for (size_t j = 0; j < kp.size(); ++j) {
@@ -123,27 +105,93 @@ void attention_forward(const AttentionWeights& w, const AttentionShape& s, const
         denom += p;
         axpy_f32(p, kp[j], acc.data(), d);
       }
-      float* oh = o.data() + (t * H + h) * d;
+      float* oh = o + (t * H + h) * d;
       const float inv = 1.0f / denom;
       for (int64_t c = 0; c < d; ++c) oh[c] = acc[size_t(c)] * inv;
     }
   });
-  core_timer.reset();
 
-  // V carried RoPE: rotate the output back by the query's angle.
-  for (int64_t t = 0; t < n; ++t) rope.apply(o.data() + t * H * d, H, d, p0 + t, /*inverse=*/true);
+  // Remember the newest kv rows for the next step's window.
+  st.ring.resize(size_t(ring_rows * d));
+  for (int64_t t = std::max<int64_t>(0, n - ring_rows); t < n; ++t)
+    std::copy(kv + t * d, kv + (t + 1) * d, st.ring.begin() + ((p0 + t) % ring_rows) * d);
+  st.ring_high = std::max(st.ring_high, p0 + n);
+}
 
-  std::vector<float> y(size_t(n * s.o_groups * s.o_lora));
+void attention_forward(Backend& be, const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
+                       const RopeTable& compress_rope, Tensor x, std::span<const int64_t> positions,
+                       std::span<const AttnSeq> seqs, Tensor out) {
+  const int64_t T = x.rows, H = s.heads, d = s.head_dim;
+  const size_t mark = be.mark();
+
+  // Queries of every token: [T, H*d], per-head unweighted norm, RoPE.
+  Tensor qr = be.alloc(T, s.q_lora), q = be.alloc(T, H * d);
   {
     PhaseTimer _(Phase::attn_linear);
-    grouped_wo_a(w.wo_a, s, o.data(), n, y.data(), pool);
-    w.wo_b.run(y.data(), n, out, pool);
+    be.linear(w.wq_a, x, qr);
+  }
+  be.rms_norm(qr, w.q_norm.data(), s.rms_eps, qr);
+  {
+    PhaseTimer _(Phase::attn_linear);
+    be.linear(w.wq_b, qr, q);
+  }
+  be.rms_norm(q.reshaped(d), nullptr, s.rms_eps, q.reshaped(d));
+  be.rope(rope, q, H, positions, false);
+
+  // The shared key/value head of every token: [T, d].
+  Tensor kv = be.alloc(T, d);
+  {
+    PhaseTimer _(Phase::attn_linear);
+    be.linear(w.wkv, x, kv);
+  }
+  be.rms_norm(kv, w.kv_norm.data(), s.rms_eps, kv);
+  be.rope(rope, kv, 1, positions, false);
+
+  // The compressors' and the indexer's projections, once over all tokens.
+  Tensor comp_kv, comp_score;
+  if (w.compressor) {
+    PhaseTimer _(Phase::compressor);
+    comp_kv = be.alloc(T, w.compressor->width());
+    comp_score = be.alloc(T, w.compressor->width());
+    be.linear(w.compressor->wkv, x, comp_kv);
+    be.linear(w.compressor->wgate, x, comp_score);
+  }
+  IndexerProjections idx;
+  if (w.indexer) {
+    PhaseTimer _(Phase::indexer);
+    be.indexer_project(*w.indexer, compress_rope, x, qr, positions, idx);
   }
 
-  // Remember the newest kv rows for the next call's window.
-  st.ring.resize(size_t(W * d));
-  for (int64_t t = std::max<int64_t>(0, n - W); t < n; ++t)
-    std::copy(kv.begin() + t * d, kv.begin() + (t + 1) * d, st.ring.begin() + ((p0 + t) % W) * d);
+  // Per sequence: its window, compressed entries and attention core.
+  Tensor o = be.alloc(T, H * d);
+  for (const AttnSeq& seq : seqs)
+    be.attend(w, s, compress_rope, seq, q.slice(seq.first, seq.count), kv.slice(seq.first, seq.count), comp_kv,
+              comp_score, w.indexer ? &idx : nullptr, o.slice(seq.first, seq.count));
+
+  // V carried RoPE: rotate the output back by the query's angle.
+  be.rope(rope, o, H, positions, /*inverse=*/true);
+
+  Tensor y = be.alloc(T, s.o_groups * s.o_lora);
+  {
+    PhaseTimer _(Phase::attn_linear);
+    be.grouped_wo_a(w.wo_a, s, o, y);
+    be.linear(w.wo_b, y, out);
+  }
+  be.release_to(mark);
+}
+
+int64_t attention_truncate_floor(const AttentionWeights& w, const AttentionShape& s, const AttentionState& st) {
+  // The window before position p must not have been overwritten in the ring:
+  // row p' % rows was last written by a position < ring_high.
+  int64_t floor = std::max<int64_t>(0, st.ring_high - s.rollback);
+  if (w.compressor) floor = std::max(floor, st.compressor.truncate_floor(*w.compressor));
+  if (w.indexer) floor = std::max(floor, st.indexer.truncate_floor(w.indexer->compressor));
+  return floor;
+}
+
+void attention_truncate(const AttentionWeights& w, AttentionState& st, int64_t p) {
+  if (w.compressor) st.compressor.truncate(*w.compressor, p);
+  if (w.indexer) st.indexer.truncate(w.indexer->compressor, p);
 }
 
 }  // namespace nibble

@@ -9,10 +9,17 @@
 //   o_h: inverse RoPE at the query position (V carried RoPE)
 //   out = wo_b( concat_g wo_a[g] · o[group g] )   (grouped output projection)
 // Sliding layers use the "main" RoPE; CSA/HCA layers the "compress" one.
+//
+// A forward step holds the tokens of several sequences, concatenated: the
+// projections, norms and RoPE run once over all of them (each token at its
+// own position), the window, compressor, indexer and attention core per
+// sequence on its own state, so a token's result never depends on the other
+// sequences in the step.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "model/deepseek_v4_config.h"
@@ -34,11 +41,22 @@ struct AttentionWeights {
   std::optional<IndexerWeights> indexer;        // CSA
 };
 
-// Per-layer decode state (dsv4.md "Incremental decode state").
+// Per-layer decode state of one sequence (dsv4.md "Incremental decode state").
+// The ring holds `rollback` rows more than the window, so that truncating by
+// up to that many tokens finds the window before the new end intact.
 struct AttentionState {
-  std::vector<float> ring;       // [window, d]: kv of position p in row p % window
+  std::vector<float> ring;       // [window + rollback, d]: kv of position p in row p % rows
+  int64_t ring_high = 0;         // one past the highest position ever written to the ring
   CompressorState compressor;    // attention entries (width d)
   CompressorState indexer;       // indexer keys (width index_head_dim)
+  uint64_t bytes() const { return sizeof(float) * ring.capacity() + compressor.bytes() + indexer.bytes(); }
+};
+
+// One sequence's share of a step: rows [first, first + count) of the step's
+// activations, at positions p0 .. p0+count-1 of `st`.
+struct AttnSeq {
+  AttentionState* st = nullptr;
+  int64_t first = 0, count = 0, p0 = 0;
 };
 
 // Shapes and constants one attention call needs.
@@ -46,12 +64,33 @@ struct AttentionShape {
   int64_t hidden = 0, heads = 0, head_dim = 0, rope_dim = 0;
   int64_t q_lora = 0, o_groups = 0, o_lora = 0, window = 0;
   double rms_eps = 1e-6;
+  int64_t rollback = 0;          // tokens truncate() must reach back without refeeding
 };
 
-// x [n, D] (the normed block input) for tokens p0 .. p0+n-1 -> out [n, D].
-// rope: the layer's flavour; compress_rope: for the compressor and indexer.
-void attention_forward(const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
-                       const RopeTable& compress_rope, const float* x, int64_t n, int64_t p0, AttentionState& st,
-                       float* out, ThreadPool* pool);
+class Backend;
+struct Tensor;
+struct IndexerProjections;
+
+// x [T, D] (the normed block input) of a step's tokens at `positions` [T]
+// -> out [T, D], as a sequence of backend ops. `seqs` partitions the T rows
+// by sequence. rope: the layer's flavour; compress_rope: for the compressor
+// and indexer.
+void attention_forward(Backend& be, const AttentionWeights& w, const AttentionShape& s, const RopeTable& rope,
+                       const RopeTable& compress_rope, Tensor x, std::span<const int64_t> positions,
+                       std::span<const AttnSeq> seqs, Tensor out);
+
+// The CPU implementations of the backend's attention ops (cpu_backend.cpp).
+// grouped_wo_a_cpu: o [n, H*d] -> y [n, G*o_lora]. attend_cpu: see Backend::attend
+// (q, kv, o of the sequence's own rows; comp_kv / comp_score of the step).
+void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const float* o, int64_t n, float* y,
+                      ThreadPool* pool);
+void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
+                const float* q, const float* kv, const float* comp_kv, const float* comp_score,
+                const IndexerProjections* idx, float* o, ThreadPool* pool);
+
+// The earliest position this layer's state can be truncated to without
+// refeeding, and the truncation itself (floor <= p <= current position).
+int64_t attention_truncate_floor(const AttentionWeights& w, const AttentionShape& s, const AttentionState& st);
+void attention_truncate(const AttentionWeights& w, AttentionState& st, int64_t p);
 
 }  // namespace nibble

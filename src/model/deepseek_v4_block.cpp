@@ -1,42 +1,64 @@
 #include "model/deepseek_v4_block.h"
 
+#include <algorithm>
+
+#include "kernels/moe_routing.h"
+#include "model/backend.h"
 #include "model/forward_profile.h"
 
 namespace nibble {
 
-void block_forward(const BlockWeights& w, const HcShape& hc, const AttentionShape& as, const RopeTable& rope,
-                   const RopeTable& compress_rope, const int32_t* ids, int64_t n, int64_t p0, AttentionState& st,
-                   float* streams, ThreadPool* pool) {
-  const int64_t N = hc.streams, D = hc.hidden;
-  std::vector<float> x(size_t(n * D)), y(size_t(n * D)), post(size_t(n * N)), comb(size_t(n * N * N));
+void block_forward(Backend& be, const BlockWeights& w, const HcShape& hc, const AttentionShape& as,
+                   const RopeTable& rope, const RopeTable& compress_rope, std::span<const int32_t> ids,
+                   std::span<const int64_t> positions, std::span<const AttnSeq> seqs, Tensor streams,
+                   int64_t* distinct_experts) {
+  const int64_t T = streams.rows, N = hc.streams, D = hc.hidden;
+  const size_t mark = be.mark();
+  Tensor x = be.alloc(T, D), y = be.alloc(T, D), post = be.alloc(T, N), comb = be.alloc(T, N * N);
 
+  // Attention sublayer.
   {
     PhaseTimer _(Phase::hc);
-    hc_pre(w.hc_attn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
+    be.hc_pre(w.hc_attn, hc, streams, x, post, comb);
   }
   {
     PhaseTimer _(Phase::norm);
-    rms_norm(x.data(), n, D, w.attn_norm.data(), as.rms_eps, x.data());
+    be.rms_norm(x, w.attn_norm.data(), as.rms_eps, x);
   }
   {
     PhaseTimer _(Phase::attention);
-    attention_forward(w.attn, as, rope, compress_rope, x.data(), n, p0, st, y.data(), pool);
+    attention_forward(be, w.attn, as, rope, compress_rope, x, positions, seqs, y);
   }
+  // MoE sublayer.
   {
     PhaseTimer _(Phase::hc);
-    hc_post(hc, y.data(), post.data(), comb.data(), n, streams);
-    hc_pre(w.hc_ffn, hc, streams, n, x.data(), post.data(), comb.data(), pool);
+    be.hc_post(hc, y, post, comb, streams);
+    be.hc_pre(w.hc_ffn, hc, streams, x, post, comb);
   }
   {
     PhaseTimer _(Phase::norm);
-    rms_norm(x.data(), n, D, w.ffn_norm.data(), as.rms_eps, x.data());
+    be.rms_norm(x, w.ffn_norm.data(), as.rms_eps, x);
   }
   {
     PhaseTimer _(Phase::moe);
-    w.moe_fn(w.moe, x.data(), ids, n, y.data(), pool);
+    be.moe(w, x, ids, y);
   }
-  PhaseTimer _(Phase::hc);
-  hc_post(hc, y.data(), post.data(), comb.data(), n, streams);
+  if (distinct_experts) {
+    // Benchmarks only: route the tokens once more and count the experts hit
+    // (reads the router logits on the host).
+    Tensor logits = be.alloc(T, w.moe.n_experts);
+    be.linear(w.router, x, logits);
+    MoeRouting r;
+    route_tokens(w.moe, logits.data, ids.data(), T, &r);
+    std::vector<char> hit(size_t(w.moe.n_experts), 0);
+    for (int32_t e : r.experts) hit[size_t(e)] = 1;
+    *distinct_experts = std::count(hit.begin(), hit.end(), char(1));
+  }
+  {
+    PhaseTimer _(Phase::hc);
+    be.hc_post(hc, y, post, comb, streams);
+  }
+  be.release_to(mark);
 }
 
 }  // namespace nibble

@@ -8,9 +8,16 @@
 // Then entry = RMSNorm(entry) and RoPE ("compress" flavour) at position w*ratio.
 // Query t may use entry w iff w < (t + 1) / ratio, i.e. once its window closed.
 //
-// The state keeps only what the next windows need: the rows of the open
-// window and, for CSA, the Ca half of the last closed one. Feeding tokens in
-// any split (a whole prompt, or one at a time) emits identical entries.
+// State, and why it can roll back: the state keeps the per-token rows
+// (wkv x_j, wgate x_j + ape_j) of the recent tokens, not a pre-pooled open
+// window, and the entries are append-only with a count. Truncating to an
+// earlier position p drops the rows at and after p and the entries of windows
+// that close after p; the open window at p is then exactly rows
+// [floor(p/m)*m, p), as if the later tokens had never been fed. Rows are kept
+// back to the window (CSA: the window before it) that a truncation by up to
+// `rollback` tokens can reopen; older rows are dropped a whole window at a
+// time, so decode does not move memory every token. Feeding tokens in any
+// split (a whole prompt, or one at a time) emits identical entries.
 #pragma once
 
 #include <cstdint>
@@ -32,20 +39,31 @@ struct CompressorWeights {
 };
 
 struct CompressorState {
-  std::vector<float> open_kv;     // [m, coff*c] wkv rows of the open window
-  std::vector<float> open_score;  // [m, coff*c] wgate + ape rows of the open window
-  int64_t open_rows = 0;          // rows filled (= position % m)
-  std::vector<float> prev_kv;     // CSA: [m, c] Ca half of the last closed window
-  std::vector<float> prev_score;  // CSA: [m, c] its gate scores
-  bool has_prev = false;
+  int64_t position = 0;           // tokens fed
+  int64_t rows_from = 0;          // position of the first kept row (a multiple of ratio)
+  std::vector<float> kv_rows;     // [position - rows_from, coff*c] wkv x of each kept token
+  std::vector<float> score_rows;  // [position - rows_from, coff*c] wgate x + ape of its slot
   std::vector<float> entries;     // [n_entries, c] emitted entries, in window order
-  int64_t n_entries = 0;
+  int64_t n_entries = 0;          // = position / ratio
+
+  // The earliest position truncate() can return to with the rows kept.
+  int64_t truncate_floor(const CompressorWeights& w) const;
+  // Back to `p` (truncate_floor() <= p <= position), exactly as if the
+  // tokens from p on had never been fed.
+  void truncate(const CompressorWeights& w, int64_t p);
+  uint64_t bytes() const;
 };
 
-// Feeds h [n, D] (the attention input of tokens p0 .. p0+n-1; p0 must equal
-// the number of tokens fed before) and appends an entry for every window
-// that closes. rope: the "compress" table.
-void compressor_forward(const CompressorWeights& w, const RopeTable& rope, double rms_eps, const float* h, int64_t n,
-                        int64_t p0, CompressorState& st, ThreadPool* pool);
+// The compressor's projections of h [n, D]: kv, score [n, coff*c] (score
+// without ape). Run once over a step's tokens of every sequence.
+void compressor_project(const CompressorWeights& w, const float* h, int64_t n, float* kv, float* score,
+                        ThreadPool* pool);
+
+// Appends one sequence's rows kv, score [n, coff*c] (from compressor_project)
+// of tokens p0 .. p0+n-1 (p0 must equal st.position) and emits an entry for
+// every window that closes. rope: the "compress" table. `rollback`: how many
+// tokens back truncate() must still reach without refeeding.
+void compressor_append(const CompressorWeights& w, const RopeTable& rope, double rms_eps, const float* kv,
+                       const float* score, int64_t n, int64_t p0, int64_t rollback, CompressorState& st);
 
 }  // namespace nibble

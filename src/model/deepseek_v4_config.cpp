@@ -1,6 +1,7 @@
 #include "model/deepseek_v4_config.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 

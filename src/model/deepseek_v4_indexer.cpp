@@ -8,27 +8,40 @@
 
 namespace nibble {
 
-void indexer_forward(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const float* x, const float* qr,
-                     int64_t n, int64_t p0, CompressorState& st, IndexerSelection& out, ThreadPool* pool) {
-  compressor_forward(w.compressor, rope, rms_eps, x, n, p0, st, pool);
-  const int64_t H = w.heads, d = w.dim, m = w.compressor.ratio, total = st.n_entries;
-  std::vector<float> q(size_t(n * H * d)), hw(size_t(n * H));
-  w.wq_b.run(qr, n, q.data(), pool);
-  w.weights_proj.run(x, n, hw.data(), pool);
+void indexer_project(const IndexerWeights& w, const RopeTable& rope, const float* x, const float* qr,
+                     const int64_t* positions, int64_t T, IndexerProjections& out, ThreadPool* pool) {
+  const int64_t H = w.heads, d = w.dim, width = w.compressor.width();
+  out.kv.resize(size_t(T * width));
+  out.score.resize(size_t(T * width));
+  out.q.resize(size_t(T * H * d));
+  out.hw.resize(size_t(T * H));
+  compressor_project(w.compressor, x, T, out.kv.data(), out.score.data(), pool);
+  w.wq_b.run(qr, T, out.q.data(), pool);
+  w.weights_proj.run(x, T, out.hw.data(), pool);
+  for (int64_t t = 0; t < T; ++t) rope.apply(out.q.data() + t * H * d, H, d, positions[t], /*inverse=*/false);
+}
+
+void indexer_select(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const IndexerProjections& proj,
+                    int64_t first, int64_t n, int64_t p0, int64_t rollback, CompressorState& st,
+                    IndexerSelection& out, ThreadPool* pool) {
+  const int64_t H = w.heads, d = w.dim, m = w.compressor.ratio, width = w.compressor.width();
+  compressor_append(w.compressor, rope, rms_eps, proj.kv.data() + first * width, proj.score.data() + first * width, n,
+                    p0, rollback, st);
+  const int64_t total = st.n_entries;
+  const float* q = proj.q.data() + first * H * d;
+  const float* hw = proj.hw.data() + first * H;
   const float softmax_scale = 1.0f / std::sqrt(float(d));
   const float weights_scale = 1.0f / std::sqrt(float(H));
 
-  for (int64_t t = 0; t < n; ++t) rope.apply(q.data() + t * H * d, H, d, p0 + t, /*inverse=*/false);
-
   // I(t, s) for entries [s0, s1) of query t.
   auto score_range = [&](int64_t t, int64_t s0, int64_t s1, float* score) {
-    const float* qt = q.data() + t * H * d;
+    const float* qt = q + t * H * d;
     for (int64_t s = s0; s < s1; ++s) {
       const float* key = st.entries.data() + s * d;
       float acc = 0;
       for (int64_t h = 0; h < H; ++h) {
         const float dot = dot_f32(qt + h * d, key, d);
-        acc += std::max(dot, 0.0f) * softmax_scale * (hw[size_t(t * H + h)] * weights_scale);
+        acc += std::max(dot, 0.0f) * softmax_scale * (hw[t * H + h] * weights_scale);
       }
       score[s] = acc;
     }
@@ -49,6 +62,8 @@ void indexer_forward(const IndexerWeights& w, const RopeTable& rope, double rms_
   };
   auto visible_of = [&](int64_t t) { return std::min((p0 + t + 1) / m, total); };
 
+  // Each score is computed whole by one thread, so the split below changes
+  // which thread computes it, never its value.
   if (!pool || n >= 2 * int64_t(pool->size())) {
     // Many queries (prefill): one query per task.
     pool_for(pool, n, 1, [&](int64_t t0, int64_t t1) {

@@ -8,6 +8,10 @@
 //   I(t, s) = sum_h w_h * ReLU(q_I[h] · K_I[s]) * dim^-0.5
 // over visible entries s < (t + 1) / ratio; the top min(k, #visible) are kept
 // (HF's topk over masked scores; equal scores keep the lower index).
+//
+// A forward step runs the projections once over every sequence's tokens
+// (indexer_project), then each sequence's compressor update and selection
+// on its own state (indexer_select).
 #pragma once
 
 #include <cstdint>
@@ -33,9 +37,22 @@ struct IndexerSelection {
   std::vector<int32_t> count;
 };
 
-// Feeds the indexer's compressor with x [n, D] (tokens p0 ..) and selects
-// entries for each of those queries; qr [n, q_lora_rank].
-void indexer_forward(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const float* x, const float* qr,
-                     int64_t n, int64_t p0, CompressorState& st, IndexerSelection& out, ThreadPool* pool);
+// The indexer's per-token projections of a step's T tokens (all sequences).
+struct IndexerProjections {
+  std::vector<float> kv, score;    // [T, 2*dim] its compressor's rows
+  std::vector<float> q;            // [T, heads, dim] (RoPE applied)
+  std::vector<float> hw;           // [T, heads] weights_proj x
+};
+
+// x [T, D], qr [T, q_lora_rank], positions [T] of the step's tokens.
+void indexer_project(const IndexerWeights& w, const RopeTable& rope, const float* x, const float* qr,
+                     const int64_t* positions, int64_t T, IndexerProjections& out, ThreadPool* pool);
+
+// One sequence's tokens: rows [first, first + n) of `proj`, at positions
+// p0 .. p0+n-1 of state `st`. Feeds its compressor and selects entries for
+// each of those queries (out.entries [n][topk]).
+void indexer_select(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const IndexerProjections& proj,
+                    int64_t first, int64_t n, int64_t p0, int64_t rollback, CompressorState& st,
+                    IndexerSelection& out, ThreadPool* pool);
 
 }  // namespace nibble

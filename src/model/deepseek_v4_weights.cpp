@@ -2,8 +2,10 @@
 
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "format/element.h"
+#include "kernels/moe_routing.h"
 #include "kernels/registry.h"
 #include "util/error.h"
 
@@ -291,7 +293,8 @@ BlockWeights bind_block(const Binder& b, const std::string& p, AttnKind kind, bo
   m.inter = c.moe_inter;
   m.n_experts = c.n_experts;
   m.top_k = c.top_k;
-  m.gate = weight_view(b.matrix(p + "ffn.gate", c.n_experts, c.hidden, "n_routed_experts x hidden_size"));
+  w.router = b.linear(p + "ffn.gate", c.n_experts, c.hidden, "n_routed_experts x hidden_size");
+  m.gate = w.router.w;
   if (hash) w.tid2eid = b.tid2eid(p + "ffn.gate.tid2eid", "hash-routed layer (num_hash_layers / mlp_layer_types)");
   else w.gate_bias = b.vec(p + "ffn.gate.bias", c.n_experts, "score-routed layer: n_routed_experts");
   m.scoring = c.scoring;
@@ -305,15 +308,14 @@ BlockWeights bind_block(const Binder& b, const std::string& p, AttnKind kind, bo
   m.has_shared = c.n_shared_experts > 0;
   if (m.has_shared) m.shared = bind_expert(b, shared);
   w.moe_fn = b.moe_kernel(*b.find(p + "ffn.experts.0.w1"));
+  // The MoE view points into the block's own vectors; BlockWeights is
+  // move-only, and a moved vector keeps its buffer, so these stay valid.
+  m.bias = w.gate_bias.empty() ? nullptr : w.gate_bias.data();
+  m.tid2eid = w.tid2eid.empty() ? nullptr : w.tid2eid.data();
+  m.tid2eid_is_i64 = true;
+  m.tid2eid_rows = w.tid2eid.empty() ? 0 : c.vocab_size;
+  check_moe_weights(m);  // once here, not per call
   return w;
-}
-
-// The MoE view points into the block's own vectors: set once blocks stop moving.
-void fix_moe_pointers(BlockWeights& w, int64_t vocab) {
-  w.moe.bias = w.gate_bias.empty() ? nullptr : w.gate_bias.data();
-  w.moe.tid2eid = w.tid2eid.empty() ? nullptr : w.tid2eid.data();
-  w.moe.tid2eid_is_i64 = true;
-  w.moe.tid2eid_rows = w.tid2eid.empty() ? 0 : vocab;
 }
 
 }  // namespace
@@ -336,7 +338,6 @@ DeepseekV4Weights bind_deepseek_v4_weights(const Checkpoint& ck, const Detection
   for (int64_t i = 0; i < cfg.n_layers; ++i)
     w.layers.push_back(bind_block(b, "layers." + std::to_string(i) + ".", cfg.layer_types[size_t(i)],
                                   cfg.hash_moe[size_t(i)]));
-  for (auto& l : w.layers) fix_moe_pointers(l, cfg.vocab_size);
 
   for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
@@ -354,7 +355,6 @@ DeepseekV4Weights bind_deepseek_v4_weights(const Checkpoint& ck, const Detection
     m.hc_head = bind_hc_head(b, p);
     w.mtp.push_back(std::move(m));
   }
-  for (auto& m : w.mtp) fix_moe_pointers(m.block, cfg.vocab_size);
   return w;
 }
 

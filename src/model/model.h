@@ -1,8 +1,14 @@
 // The model interface every architecture implements. A Model is immutable
 // after load (weights bound to kernels, config parsed); everything that
 // changes while a sequence is processed lives in a ModelState, so one Model
-// can serve several sequences. runtime/session.h wraps the two into the
-// prefill/decode API the CLI uses.
+// serves many sequences. One forward step (Model::step) takes a batch of
+// sequences, each with its own new tokens at its own position: a prefill
+// chunk for some, one decode token for others, in any mix. A sequence's
+// logits are bit-identical whatever else is in the step and however its
+// tokens were split into steps. States can be forked (an independent copy)
+// and truncated (back to an earlier length, exactly as if the later tokens
+// had never been fed). runtime/session.h wraps one sequence into the
+// prefill/decode API; include/nibble/engine.h is the public face of it all.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +33,10 @@ struct LoadOptions {
   // Longest run of tokens one forward step processes; longer prompts are fed
   // in chunks of this size, which bounds activation memory (same logits).
   int64_t max_chunk_tokens = 256;
+  // Tokens a state can be truncated back by without refeeding its prefix
+  // (speculative decoding rejects at most its drafts): the window caches keep
+  // this many rows more. Deeper truncations refeed the kept prefix.
+  int64_t rollback_tokens = 16;
 };
 
 // Per-sequence state: caches and position. Created by Model::new_state().
@@ -35,6 +45,30 @@ class ModelState {
   virtual ~ModelState() = default;
   // Tokens consumed so far (the position of the next token).
   virtual int64_t position() const = 0;
+  // The earliest position Model::truncate reaches without refeeding tokens.
+  virtual int64_t truncate_floor() const = 0;
+  // Host memory the state holds (caches, kept rows, token history).
+  virtual uint64_t memory_bytes() const = 0;
+};
+
+// Which logits one sequence of a step wants.
+enum class LogitRows { none, last, all };
+
+// What a step read, for benchmarks (Model::step with stats).
+struct StepStats {
+  int64_t tokens = 0;            // fed, over all sequences
+  int64_t sub_steps = 0;         // forwards the step was split into (token budget)
+  uint64_t weight_bytes = 0;     // weights read: every matrix once per forward, routed experts once per distinct pick
+  int64_t distinct_experts = 0;  // routed experts read, summed over layers and forwards
+};
+
+// One sequence's share of a forward step.
+struct SeqStep {
+  ModelState* state = nullptr;
+  std::span<const int32_t> tokens;      // fed at state->position(); may be empty
+  LogitRows rows = LogitRows::last;
+  float* logits = nullptr;              // [1 or tokens.size()][vocab] per `rows`
+  int64_t id = -1;                      // the caller's name for it, used in messages
 };
 
 class Model {
@@ -51,16 +85,42 @@ class Model {
   virtual const Plan& plan() const = 0;
 
   virtual std::unique_ptr<ModelState> new_state() const = 0;
+  // An independent copy of `state` (costs a copy of its memory_bytes()).
+  virtual std::unique_ptr<ModelState> fork(const ModelState& state) const = 0;
+  // Back to `position` (0 <= position <= state.position()), exactly as if the
+  // later tokens had never been fed. Free down to truncate_floor(); below it
+  // the kept prefix is fed again (a prefill of `position` tokens).
+  virtual void truncate(ModelState& state, int64_t position) const = 0;
 
-  // Feeds `tokens` at state.position() and advances the state. One forward
-  // runs at a time per model (calls from several threads are serialised). When
-  // `logits` is not null it receives f32 logits: [tokens.size()][vocab] if
-  // all_logits, else [vocab] for the last token only. Throws nibble::Error
-  // for a token id outside the vocabulary (naming its index), tokens that
-  // would run past max_context(), or a state of another model; the state is
-  // unchanged when it throws on input checks.
-  virtual void forward(ModelState& state, std::span<const int32_t> tokens, float* logits,
-                       bool all_logits) const = 0;
+  // One forward step over every sequence of `batch`: each feeds its tokens
+  // at its position and advances. Linear layers, the router and the MoE run
+  // once over all the step's tokens; attention per sequence on its own
+  // state. Steps of more than step_token_budget() tokens are split into
+  // several (same logits). One step runs at a time per model (calls from
+  // several threads are serialised). Throws nibble::Error naming the
+  // sequence (SeqStep::id) and the value for: a state listed twice, of
+  // another model, or null; a token id outside the vocabulary; tokens that
+  // would run past max_context(); logits wanted of no token or without a
+  // buffer. Every input is checked before anything runs, so on such an error
+  // no state has changed.
+  // With `stats`: also counts what it read (routes each layer's tokens a
+  // second time to count distinct experts, so time it without).
+  virtual void step(std::span<const SeqStep> batch, StepStats* stats) const = 0;
+  void step(std::span<const SeqStep> batch) const { step(batch, nullptr); }
+  // Most tokens one step processes at once (bounds activation memory).
+  virtual int64_t step_token_budget() const = 0;
+
+  // One sequence: feeds `tokens` at state.position(). When `logits` is not
+  // null it receives f32 logits: [tokens.size()][vocab] if all_logits, else
+  // [vocab] for the last token only.
+  void forward(ModelState& state, std::span<const int32_t> tokens, float* logits, bool all_logits) const {
+    SeqStep s;
+    s.state = &state;
+    s.tokens = tokens;
+    s.rows = !logits || tokens.empty() ? LogitRows::none : all_logits ? LogitRows::all : LogitRows::last;
+    s.logits = logits;
+    step(std::span<const SeqStep>(&s, 1));
+  }
 };
 
 }  // namespace nibble

@@ -1,5 +1,7 @@
 #include "model/registry.h"
 
+#include <nlohmann/json.hpp>
+
 #include "device/device.h"
 #include "model/deepseek_v4.h"
 #include "util/error.h"

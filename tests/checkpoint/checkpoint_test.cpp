@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "test_util.h"

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <cstring>
 #include <set>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "test_util.h"

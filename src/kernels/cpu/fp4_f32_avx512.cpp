@@ -24,11 +24,25 @@
 // 16 f32, vector k lane j = x[8j + k], zero past cols (a row's tail is read
 // with a masked load, so its missing codes are 0 and meet zeros).
 //
-// Scales. With few accumulators (rows x tokens <= 8) the 8 products of a
-// group sum into a temporary per row and token, and one FMA applies the
-// scale vector (1 op per 8 FMAs). With more there are no registers for the
-// temporaries, and the scale multiplies the 8 decoded weight vectors instead
-// (1 op per vector, shared by the tokens).
+// Scales. The 8 products of a group sum into a temporary per row and token
+// (from the first, by a multiply), and one FMA applies the lane scales to
+// add it into the accumulator (1 op per 8 FMAs).
+//
+// Batch invariance. A token's result must not depend on the batch it comes
+// in (the number of tokens, its place among them, the rows a thread was
+// given), so every (row, token) pair runs the same operations in the same
+// order whatever T (tokens per call, 1..4) and R (rows per block) are: per
+// group, tmp = w0 x0, tmp = fma(w_k, x_k, tmp) for k = 1..7, acc =
+// fma(tmp, s, acc); per row, one fixed horizontal sum. T and R only change
+// which pairs run side by side; nothing is summed across tokens or rows.
+// (Before, R*T > 8 multiplied the scales into the weights instead, a
+// different rounding.) At R*T = 12 or 16 the temporaries and accumulators
+// outnumber the registers and GCC keeps the accumulators, touched once per
+// group, on the stack; that still beats the scaled-weights form (one
+// vmulps per weight vector): T = 3 / 4 at 8.0 / 5.7 GB/s against 7.0 /
+// 5.6 (notes/batchinv.md). Fewer rows lose: R = 2 / 3 at T = 4 gave 5.3 /
+// 4.7, one or two rows at a time within a block of 4 gave 4.6-4.9 (too few
+// independent FMA chains).
 //
 // Blocking. R rows share every activation load: at 4 tokens the f32
 // activations of a 4096-column row are 64 KB, past L1, and one row at a
@@ -66,12 +80,11 @@ constexpr int64_t kFp4Prefetch = 2 * kPrefetch;
 // each) and 0.451 -> 0.506 (10 runs each); bench/RESULTS.md.
 constexpr int64_t kFp4PrefetchL2 = 8192;
 
-// Rows per block for T tokens (registers: R*T accumulators, plus R*T
-// temporaries while R*T <= 8). Measured (bench --resident, 256 x 4096):
-// one row at a time is fastest for one token (17 GB/s per core, the port
-// limit: 26 vector ops per 128 weights; two rows gave 13), four rows for
-// more (T = 2 / 3 / 4: 11 / 8.5 / 6.5 GB/s, against 10 / 7 / 5 with one or
-// two rows).
+// Rows per block for T tokens (registers: R*T accumulators, R*T
+// temporaries, R scale vectors, the table). Measured (bench --resident, 256
+// x 4096): one row at a time is fastest for one token (17 GB/s per core,
+// the port limit: 26 vector ops per 128 weights; two rows gave 13), four
+// rows for more (see above and bench/RESULTS.md).
 template <int T>
 constexpr int kRows = T == 1 ? 1 : 4;
 
@@ -110,11 +123,12 @@ inline __m512i codes_from(const uint8_t* p, int64_t n, int b) {
 // One group (128 columns) of R rows against T tokens: p[r] the rows' code
 // bytes (n of them, see codes_from), s[r] the lane scales, x[t] the tokens'
 // f32_fp4 activations of this group. Weight vector k = 2b + h is vpermps of
-// codes_from(b) >> 4h.
+// codes_from(b) >> 4h. The same operations per (row, token) for every R and
+// T (see "Batch invariance" above): the 8 products summed into tmp[r][t] in
+// order k = 0..7, then scaled into acc[r][t].
 template <int R, int T, bool kMasked>
 inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, const float* const* x,
                        __m512 (*acc)[T]) {
-  constexpr bool kTileAcc = R * T <= 8;
   const __m512 table = e2m1_table();
   __m512 tmp[R][T];
 #pragma GCC unroll 4
@@ -123,19 +137,16 @@ inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, cons
       const __m512i v = codes_from<kMasked>(p[r], n, b);
       for (int h = 0; h < 2; ++h) {
         const int k = 2 * b + h;
-        __m512 w = _mm512_permutexvar_ps(h == 0 ? v : _mm512_srli_epi32(v, 4), table);
-        if constexpr (!kTileAcc) w = _mm512_mul_ps(w, s[r]);
+        const __m512 w = _mm512_permutexvar_ps(h == 0 ? v : _mm512_srli_epi32(v, 4), table);
         for (int t = 0; t < T; ++t) {
           const __m512 xk = _mm512_load_ps(x[t] + 16 * k);
-          if constexpr (kTileAcc) tmp[r][t] = k == 0 ? _mm512_mul_ps(w, xk) : _mm512_fmadd_ps(w, xk, tmp[r][t]);
-          else acc[r][t] = _mm512_fmadd_ps(w, xk, acc[r][t]);
+          tmp[r][t] = k == 0 ? _mm512_mul_ps(w, xk) : _mm512_fmadd_ps(w, xk, tmp[r][t]);
         }
       }
     }
   }
-  if constexpr (kTileAcc)
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(tmp[r][t], s[r], acc[r][t]);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(tmp[r][t], s[r], acc[r][t]);
 }
 
 // dots[r * T + t] = sum over cols of (E2M1 x block scale) * x_t for R

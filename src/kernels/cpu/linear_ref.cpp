@@ -1,3 +1,6 @@
+// The scalar reference linear op (kernels/linear.h). Each output is one f64
+// sum over the row in column order, per (row, token): batch-invariant by
+// construction (nothing depends on the other tokens or on the row split).
 #include <vector>
 
 #include "kernels/linear.h"

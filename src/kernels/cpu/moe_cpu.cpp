@@ -13,6 +13,15 @@
 // Between the phases the activations are re-prepared (the FP4 layout, or
 // int8 blocks for FP4 experts with the opt-in int8 kernels). All buffers are thread-local and only grow, so steady-state
 // decode allocates nothing.
+//
+// Batch invariance: a token's output does not depend on the other tokens of
+// the call (how many, in which order, which experts they share with it).
+// Routing, activation preparation and SwiGLU are per token (and per
+// element); the row kernels compute each (row, token) dot product the same
+// way whatever tile of tokens it runs in (linear_avx512.cpp); and y[t] is
+// summed in a fixed order, its own experts ascending (its slots in order
+// when hash routing repeats one), then the shared expert, starting from 0.
+// tests/kernels/batch_invariance_test.cpp checks it bitwise.
 #include "kernels/cpu/moe_cpu.h"
 
 #include <algorithm>

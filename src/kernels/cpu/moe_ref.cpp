@@ -5,6 +5,8 @@
 // clamped-SwiGLU outputs times their routing weights added in -> plus the
 // shared expert. Every linear is linear_ref (f64 accumulation); activations
 // are f32 between steps, as in HF's fp32 run. The oracle for moe_cpu.
+// Batch-invariant by construction: every expert runs on one token at a time
+// and y[t] is summed in expert order.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -58,13 +58,18 @@ inline __m256 mx_scales(__m128i s) {
 }
 
 // out[t][r] for T tokens (starting at t0) from their dot products, times
-// `scale` (RowsOut semantics, kernels_x86.h).
+// `scale` (RowsOut semantics, kernels_x86.h). v is rounded to f32 before it
+// is added: GCC contracts a * b + c into one FMA wherever it sees fit
+// (-ffp-contract=fast is its default for C++), and it did so in some
+// instantiations of T and not others, so a token's MoE output depended on
+// the batch. The empty asm hides v's origin and so rules the FMA out.
 template <int T>
 inline void store_row(const RowsOut& out, int64_t r, int64_t t0, const float* dots, float scale) {
   for (int t = 0; t < T; ++t) {
     const int64_t yi = out.y_index ? out.y_index[t0 + t] : t0 + t;
     float* y = out.y + yi * out.ldy + r;
-    const float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
+    float v = dots[t] * scale * (out.alpha ? out.alpha[t0 + t] : 1.0f);
+    __asm__("" : "+x"(v));
     *y = out.accumulate ? *y + v : v;
   }
 }

@@ -1,0 +1,146 @@
+// nibble's public API: load a model, create / fork / truncate / release
+// sequences, run one forward step for a batch of them, sample, and generate
+// with a streaming callback that can be cancelled. The command line and the
+// server are written against this header only; nothing here exposes tensors,
+// kernels or checkpoint internals.
+//
+// Threading: one Engine may be used from several threads; calls that touch
+// sequences are serialised inside, and step() runs one batch at a time.
+// cancel() may be called from any thread (a signal handler excepted) while
+// generate() runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+struct EngineOptions {
+  int threads = 0;                       // CPU threads; <= 0: all hardware threads
+  std::string moe_backend = "auto";      // routed-experts kernel (as --moe-backend)
+  std::string linear_backend = "auto";   // kernel of the other matrix ops (as --linear-backend)
+  double bandwidth_gbps = 0;             // > 0: assume this bandwidth instead of measuring it
+  int64_t step_tokens = 256;             // most tokens one forward step processes (activation memory)
+  int64_t rollback_tokens = 16;          // truncation depth that needs no refeeding
+};
+
+// A sequence's handle. Ids are never reused within one Engine.
+using SeqId = int64_t;
+
+// One sequence's share of a step.
+struct StepInput {
+  SeqId seq = -1;
+  std::span<const int32_t> tokens;       // fed at the sequence's position
+  bool all_logits = false;               // logits of every token, else of the last only
+  bool want_logits = true;               // false: advance the sequence, no logits
+};
+
+// What one step read (Engine::step with a report; benchmarks).
+struct StepReport {
+  int64_t tokens = 0;            // fed, over all sequences
+  int64_t forwards = 0;          // the step's split under the token budget
+  uint64_t weight_bytes = 0;     // every matrix once per forward, routed experts once per distinct pick
+  int64_t distinct_experts = 0;  // routed experts read, over layers and forwards
+};
+
+struct SamplingParams {
+  float temperature = 1.0f;              // 0 = greedy (argmax; ties -> lowest id)
+  int64_t top_k = 0;                     // 0 = off
+  float top_p = 1.0f;                    // 1 = off
+  float min_p = 0.0f;                    // 0 = off
+  uint64_t seed = 0;
+};
+
+struct GenerationParams {
+  int64_t max_new_tokens = 128;
+  std::vector<int64_t> stop_tokens;      // besides the model's end-of-sequence ids
+  bool use_model_eos = true;
+  SamplingParams sampling;
+};
+
+enum class FinishReason { stop_token, max_tokens, callback, cancelled, context_full };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;           // generated, the stop token included if one ended it
+  FinishReason reason = FinishReason::max_tokens;
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// This machine's memory read bandwidth in GB/s: a read-only pass with
+// `threads` threads over a fresh buffer far past the last-level cache (best
+// of three). What benchmarks set decode speed against.
+double measure_memory_bandwidth_gbps(int threads);
+
+class Engine {
+ public:
+  // Opens a model folder (config.json, safetensors shards, tokenizer.json if
+  // present). Throws nibble::Error (a std::runtime_error) naming the file or
+  // field at fault.
+  static std::unique_ptr<Engine> load(const std::string& model_dir, const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The model.
+  const std::string& architecture() const;
+  int64_t vocab_size() const;
+  int64_t max_context() const;
+  int64_t bos_token_id() const;                   // -1 when none
+  const std::vector<int64_t>& eos_token_ids() const;
+  int64_t step_token_budget() const;
+  int threads() const;                            // CPU threads the forward uses
+
+  // Text (needs tokenizer.json; throws otherwise).
+  bool has_tokenizer() const;
+  std::vector<int32_t> tokenize(const std::string& text, bool allow_special = true) const;
+  std::string detokenize(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  // Sequences. Every call naming an id that was never created, or was
+  // released, throws an error naming it.
+  SeqId create();
+  SeqId fork(SeqId seq);                          // an independent copy at the same position
+  void truncate(SeqId seq, int64_t position);     // back to `position` (0 .. position(seq))
+  void release(SeqId seq);
+  int64_t position(SeqId seq) const;
+  uint64_t memory_bytes(SeqId seq) const;         // host memory its state holds
+  size_t live_sequences() const;
+
+  // One forward step over the batch (any mix of prefill chunks and single
+  // decode tokens). Returns, per input in order, its logits [rows][vocab]
+  // (rows = tokens.size() with all_logits, else 1; empty when no logits
+  // were wanted or no token was fed). A sequence's logits are bit-identical
+  // whatever else is in the batch. Every input is checked first: a bad one
+  // (unknown id, an id listed twice, a token outside the vocabulary, past
+  // the context) throws naming the sequence and the value, and no sequence
+  // has changed. With `report`, also counts the weight bytes the step read
+  // (routing each layer's tokens once more to count distinct experts: time
+  // steps without it).
+  std::vector<std::vector<float>> step(std::span<const StepInput> batch, StepReport* report = nullptr);
+
+  // Samples a token from logits [vocab] with the sequence's own generator
+  // (seeded by params.seed the first time it samples, or after reseed()).
+  int32_t sample(SeqId seq, const float* logits, const SamplingParams& params);
+  void reseed(SeqId seq);
+
+  // Feeds `prompt` at the sequence's position, then samples and feeds one
+  // token at a time until a stop token, the budget, the context's end,
+  // on_token returning false (callback) or cancel(seq) (cancelled). The last
+  // sampled token is not fed (the sequence ends one short of the tokens).
+  GenerationResult generate(SeqId seq, std::span<const int32_t> prompt, const GenerationParams& params,
+                            const std::function<bool(int32_t)>& on_token = {});
+  // Makes a running (or the next) generate() on `seq` stop before its next token.
+  void cancel(SeqId seq);
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nibble

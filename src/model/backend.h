@@ -1,0 +1,86 @@
+// The seam between DeepSeek-V4's forward and the hardware it runs on. The
+// forward (deepseek_v4.cpp, deepseek_v4_block.cpp, deepseek_v4_attention.cpp)
+// is written once as a sequence of these ops on Tensors, views of memory the
+// backend owns; a backend implements each op on its device. The CPU backend
+// (cpu_backend.h) runs today's kernels on host memory and is the oracle for
+// any other.
+//
+// Rules that let a device backend capture a decode step as a graph: every
+// buffer of a step comes from alloc() (no allocation the backend does not
+// see), nothing in the op list reads a Tensor back to the host, and the only
+// host inputs of a step are the batch description (ids, positions, the
+// per-sequence slices), which a device backend uploads once per step.
+// Per-sequence caches (AttentionState) are host memory on the CPU backend;
+// a device backend will allocate its own (see docs/sequences.md).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "model/deepseek_v4_attention.h"
+#include "model/deepseek_v4_block.h"
+#include "model/deepseek_v4_hc.h"
+
+namespace nibble {
+
+// A non-owning view of f32 rows in a backend's memory: [rows, cols], rows
+// contiguous (stride cols).
+struct Tensor {
+  float* data = nullptr;
+  int64_t rows = 0, cols = 0;
+
+  float* row(int64_t r) const { return data + r * cols; }
+  Tensor slice(int64_t r0, int64_t n) const { return Tensor{data + r0 * cols, n, cols}; }
+  // The same memory seen as [rows * cols / width, width] (e.g. heads as rows).
+  Tensor reshaped(int64_t width) const { return Tensor{data, rows * cols / width, width}; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;  // "cpu": what `explain` shows for each op
+
+  // Step workspace. alloc() returns uninitialised memory that lives until
+  // release_to() of a mark taken before it (or the next begin_step()).
+  virtual void begin_step() = 0;
+  virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
+  virtual size_t mark() const = 0;
+  virtual void release_to(size_t mark) = 0;
+
+  // ---- common ops ----
+  // out [T, copies * D]: row ids[t] of `table`, repeated `copies` times.
+  virtual void embed(const WeightView& table, std::span<const int32_t> ids, int64_t copies, Tensor out) = 0;
+  // y = x * rsqrt(mean(x^2) + eps) * weight per row (weight may be null); x and y may alias.
+  virtual void rms_norm(Tensor x, const float* weight, double eps, Tensor y) = 0;
+  // y [n, rows] = x [n, cols] · W^T with the kernel bound to W.
+  virtual void linear(const BoundLinear& w, Tensor x, Tensor y) = 0;
+  // RoPE of each row's `heads` vectors of width x.cols / heads at positions[row].
+  virtual void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
+                    bool inverse) = 0;
+  // out[r] = x[rows[r]].
+  virtual void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) = 0;
+  // The MoE sublayer: router, routed experts, shared expert; ids [T] for hash routing.
+  virtual void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) = 0;
+
+  // ---- DeepSeek-V4 ops (dsv4.md §2) ----
+  // streams [T, N*D] -> x [T, D], post [T, N], comb [T, N*N].
+  virtual void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) = 0;
+  // streams <- post * y + comb^T streams, in place.
+  virtual void hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) = 0;
+  // streams [T, N*D] -> y [T, D].
+  virtual void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) = 0;
+  // The grouped output projection: o [T, H*d] -> y [T, G*o_lora].
+  virtual void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) = 0;
+  // The indexer's projections of a step's tokens (its compressor rows, RoPE'd queries, head weights).
+  virtual void indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
+                               std::span<const int64_t> positions, IndexerProjections& out) = 0;
+  // One sequence's attention: its window keys, compressor and indexer
+  // updates and the attention core. q [count, H*d], kv [count, d] of its
+  // tokens; comp_kv / comp_score [T, width] of the whole step (rows from
+  // seq.first); o [count, H*d]. Appends its kv to the ring.
+  virtual void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
+                      const AttnSeq& seq, Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score,
+                      const IndexerProjections* idx, Tensor o) = 0;
+};
+
+}  // namespace nibble

@@ -1,0 +1,77 @@
+#include "model/cpu_backend.h"
+
+#include <algorithm>
+
+#include "model/deepseek_v4_indexer.h"
+#include "util/error.h"
+
+namespace nibble {
+
+Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
+  if (used_ == buffers_.size()) buffers_.emplace_back();
+  std::vector<float>& b = buffers_[used_++];
+  if (b.size() < size_t(rows * cols)) b.resize(size_t(rows * cols));
+  return Tensor{b.data(), rows, cols};
+}
+
+void CpuBackend::embed(const WeightView& table, std::span<const int32_t> ids, int64_t copies, Tensor out) {
+  const int64_t D = table.cols;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    float* x = out.row(int64_t(t));
+    dequantize_row(table, ids[t], x);
+    for (int64_t k = 1; k < copies; ++k) std::copy(x, x + D, x + k * D);
+  }
+}
+
+void CpuBackend::rms_norm(Tensor x, const float* weight, double eps, Tensor y) {
+  nibble::rms_norm(x.data, x.rows, x.cols, weight, eps, y.data);
+}
+
+void CpuBackend::linear(const BoundLinear& w, Tensor x, Tensor y) {
+  if (x.cols != w.cols() || y.cols != w.rows() || x.rows != y.rows)
+    fail("linear ", w.w.name, ": activations [", x.rows, ", ", x.cols, "] -> [", y.rows, ", ", y.cols,
+         "] do not fit the weight [", w.rows(), ", ", w.cols(), "]");
+  w.run(x.data, x.rows, y.data, pool_);
+}
+
+void CpuBackend::rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
+                      bool inverse) {
+  for (int64_t t = 0; t < x.rows; ++t) table.apply(x.row(t), heads, x.cols / heads, positions[size_t(t)], inverse);
+}
+
+void CpuBackend::gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) {
+  for (size_t r = 0; r < rows.size(); ++r) std::copy(x.row(rows[r]), x.row(rows[r]) + x.cols, out.row(int64_t(r)));
+}
+
+void CpuBackend::moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) {
+  w.moe_fn(w.moe, x.data, ids.data(), x.rows, y.data, pool_);
+}
+
+void CpuBackend::hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) {
+  nibble::hc_pre(w, s, streams.data, streams.rows, x.data, post.data, comb.data, pool_);
+}
+
+void CpuBackend::hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) {
+  nibble::hc_post(s, y.data, post.data, comb.data, streams.rows, streams.data);
+}
+
+void CpuBackend::hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) {
+  nibble::hc_head(w, s, streams.data, streams.rows, y.data, pool_);
+}
+
+void CpuBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) {
+  grouped_wo_a_cpu(wo_a, s, o.data, o.rows, y.data, pool_);
+}
+
+void CpuBackend::indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
+                                 std::span<const int64_t> positions, IndexerProjections& out) {
+  nibble::indexer_project(w, rope, x.data, qr.data, positions.data(), x.rows, out, pool_);
+}
+
+void CpuBackend::attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
+                        const AttnSeq& seq, Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score,
+                        const IndexerProjections* idx, Tensor o) {
+  attend_cpu(w, s, compress_rope, seq, q.data, kv.data, comp_kv.data, comp_score.data, idx, o.data, pool_);
+}
+
+}  // namespace nibble

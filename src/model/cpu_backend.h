@@ -1,0 +1,51 @@
+// The CPU backend: every op of model/backend.h on host memory, with the
+// kernels the plan bound (kernels/cpu/) and the f32 model math of
+// deepseek_v4_{hc,attention,compressor,indexer}.cpp, on one thread pool.
+// It is the reference every other backend is checked against.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/backend.h"
+#include "runtime/thread_pool.h"
+
+namespace nibble {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(ThreadPool* pool) : pool_(pool) {}
+  const char* name() const override { return "cpu"; }
+
+  void begin_step() override { used_ = 0; }
+  Tensor alloc(int64_t rows, int64_t cols) override;
+  size_t mark() const override { return used_; }
+  void release_to(size_t mark) override { used_ = mark; }
+
+  void embed(const WeightView& table, std::span<const int32_t> ids, int64_t copies, Tensor out) override;
+  void rms_norm(Tensor x, const float* weight, double eps, Tensor y) override;
+  void linear(const BoundLinear& w, Tensor x, Tensor y) override;
+  void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
+            bool inverse) override;
+  void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) override;
+  void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) override;
+
+  void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) override;
+  void hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) override;
+  void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) override;
+  void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) override;
+  void indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
+                       std::span<const int64_t> positions, IndexerProjections& out) override;
+  void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
+              Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score, const IndexerProjections* idx,
+              Tensor o) override;
+
+ private:
+  ThreadPool* pool_;
+  // The workspace: buffers handed out in order and reused by later steps;
+  // they only grow, so steady-state decode allocates nothing here.
+  std::vector<std::vector<float>> buffers_;
+  size_t used_ = 0;
+};
+
+}  // namespace nibble

@@ -1,0 +1,289 @@
+// The public Engine (include/nibble/engine.h) over the model, tokenizer and
+// sampler layers. Sequences live in a map from id to state; an id is
+// resolved under the engine's mutex, and a sequence in use by a running step
+// or generate() is marked busy so that release() or a second concurrent use
+// is refused instead of freeing memory under a running forward.
+#include "nibble/engine.h"
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "device/device.h"
+#include "model/registry.h"
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace nibble {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop_token: return "stop_token";
+    case FinishReason::max_tokens: return "max_tokens";
+    case FinishReason::callback: return "callback";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::context_full: return "context_full";
+  }
+  return "?";
+}
+
+namespace {
+
+struct Sequence {
+  std::unique_ptr<ModelState> state;
+  std::unique_ptr<Sampler> sampler;   // made at the first sample()
+  std::atomic<bool> cancel{false};
+  bool busy = false;                  // a step or generate() is using it
+};
+
+SamplerConfig sampler_config(const SamplingParams& p) {
+  SamplerConfig c;
+  c.temperature = p.temperature;
+  c.top_k = p.top_k;
+  c.top_p = p.top_p;
+  c.min_p = p.min_p;
+  c.seed = p.seed;
+  return c;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  mutable std::mutex mu;
+  std::map<SeqId, std::unique_ptr<Sequence>> seqs;
+  SeqId next_id = 0;
+
+  Sequence& find(SeqId id) const {  // callers hold mu
+    auto it = seqs.find(id);
+    if (it == seqs.end())
+      fail("sequence ", id, id >= 0 && id < next_id ? " was released" : " does not exist");
+    return *it->second;
+  }
+  // Marks `ids` busy for the lifetime of the guard (each must exist and be idle).
+  struct Busy {
+    Impl& impl;
+    std::vector<Sequence*> held;
+    Busy(Impl& i, std::span<const SeqId> ids) : impl(i) {
+      std::lock_guard<std::mutex> lock(impl.mu);
+      for (SeqId id : ids) {
+        Sequence& s = impl.find(id);
+        if (s.busy) {
+          for (Sequence* h : held) h->busy = false;
+          fail("sequence ", id, std::find(held.begin(), held.end(), &s) != held.end()
+                                    ? " appears twice in one step"
+                                    : " is in use by a running step");
+        }
+        s.busy = true;
+        held.push_back(&s);
+      }
+    }
+    ~Busy() {
+      std::lock_guard<std::mutex> lock(impl.mu);
+      for (Sequence* h : held) h->busy = false;
+    }
+  };
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineOptions& options) {
+  LoadOptions lo;
+  lo.threads = options.threads;
+  lo.plan.moe_backend = options.moe_backend;
+  lo.plan.linear_backend = options.linear_backend;
+  lo.bandwidth_gbps = options.bandwidth_gbps;
+  lo.max_chunk_tokens = options.step_tokens;
+  lo.rollback_tokens = options.rollback_tokens;
+  auto impl = std::make_unique<Impl>();
+  impl->model = load_model(model_dir, lo);
+  const std::string tok = model_dir + "/tokenizer.json";
+  if (std::filesystem::exists(tok)) {
+    impl->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(tok));
+    if (int64_t(impl->tokenizer->vocab_size()) > impl->model->vocab_size())
+      fail(tok, ": the tokenizer has ", impl->tokenizer->vocab_size(), " ids but the model's vocab_size is ",
+           impl->model->vocab_size());
+  }
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const std::string& Engine::architecture() const { return impl_->model->architecture(); }
+int64_t Engine::vocab_size() const { return impl_->model->vocab_size(); }
+int64_t Engine::max_context() const { return impl_->model->max_context(); }
+int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
+const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
+int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
+int Engine::threads() const { return impl_->model->plan().device.cores; }
+
+double measure_memory_bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads); }
+
+bool Engine::has_tokenizer() const { return impl_->tokenizer != nullptr; }
+
+std::vector<int32_t> Engine::tokenize(const std::string& text, bool allow_special) const {
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json");
+  return impl_->tokenizer->encode(text, allow_special);
+}
+
+std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special) const {
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json");
+  return impl_->tokenizer->decode(ids, skip_special);
+}
+
+SeqId Engine::create() {
+  auto s = std::make_unique<Sequence>();
+  s->state = impl_->model->new_state();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const SeqId id = impl_->next_id++;
+  impl_->seqs.emplace(id, std::move(s));
+  return id;
+}
+
+SeqId Engine::fork(SeqId seq) {
+  const SeqId ids[1] = {seq};
+  Impl::Busy busy(*impl_, ids);
+  auto s = std::make_unique<Sequence>();
+  s->state = impl_->model->fork(*busy.held[0]->state);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const SeqId id = impl_->next_id++;
+  impl_->seqs.emplace(id, std::move(s));
+  return id;
+}
+
+void Engine::truncate(SeqId seq, int64_t position) {
+  const SeqId ids[1] = {seq};
+  Impl::Busy busy(*impl_, ids);
+  try {
+    impl_->model->truncate(*busy.held[0]->state, position);
+  } catch (const Error& e) {
+    fail("sequence ", seq, ": ", e.what());
+  }
+}
+
+void Engine::release(SeqId seq) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Sequence& s = impl_->find(seq);
+  if (s.busy) fail("sequence ", seq, " is in use by a running step and cannot be released");
+  impl_->seqs.erase(seq);
+}
+
+int64_t Engine::position(SeqId seq) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->find(seq).state->position();
+}
+
+uint64_t Engine::memory_bytes(SeqId seq) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->find(seq).state->memory_bytes();
+}
+
+size_t Engine::live_sequences() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->seqs.size();
+}
+
+std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, StepReport* report) {
+  std::vector<SeqId> ids;
+  for (const StepInput& in : batch) ids.push_back(in.seq);
+  Impl::Busy busy(*impl_, ids);
+  const int64_t V = vocab_size();
+  std::vector<std::vector<float>> out(batch.size());
+  std::vector<SeqStep> steps(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StepInput& in = batch[i];
+    SeqStep& s = steps[i];
+    s.state = busy.held[i]->state.get();
+    s.tokens = in.tokens;
+    s.id = in.seq;
+    s.rows = !in.want_logits || in.tokens.empty() ? LogitRows::none : in.all_logits ? LogitRows::all : LogitRows::last;
+    if (s.rows != LogitRows::none) {
+      out[i].resize(size_t((s.rows == LogitRows::all ? int64_t(in.tokens.size()) : 1) * V));
+      s.logits = out[i].data();
+    }
+  }
+  if (!report) {
+    impl_->model->step(steps);
+    return out;
+  }
+  StepStats stats;
+  impl_->model->step(steps, &stats);
+  report->tokens = stats.tokens;
+  report->forwards = stats.sub_steps;
+  report->weight_bytes = stats.weight_bytes;
+  report->distinct_experts = stats.distinct_experts;
+  return out;
+}
+
+int32_t Engine::sample(SeqId seq, const float* logits, const SamplingParams& params) {
+  Sampler* sampler = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    Sequence& s = impl_->find(seq);
+    if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params));
+    sampler = s.sampler.get();
+  }
+  return sampler->sample(logits, vocab_size());
+}
+
+void Engine::reseed(SeqId seq) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->find(seq).sampler.reset();
+}
+
+GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, const GenerationParams& params,
+                                  const std::function<bool(int32_t)>& on_token) {
+  const SeqId ids[1] = {seq};
+  Impl::Busy busy(*impl_, ids);
+  Sequence& s = *busy.held[0];
+  GenerateOptions g;
+  g.max_new_tokens = params.max_new_tokens;
+  g.stop_tokens = params.stop_tokens;
+  g.use_model_eos = params.use_model_eos;
+  g.sampler = sampler_config(params.sampling);
+  // The state moves into a Session for the loop and back afterwards, also
+  // when the loop throws.
+  Session session(*impl_->model, std::move(s.state));
+  struct Restore {
+    Sequence& s;
+    Session& session;
+    ~Restore() { s.state = session.release_state(); }
+  } restore{s, session};
+  bool cancelled = s.cancel.exchange(false);
+  GenerationResult r;
+  if (cancelled) {
+    r.reason = FinishReason::cancelled;
+    r.prompt_tokens = int64_t(prompt.size());
+    return r;
+  }
+  GenerateResult got = nibble::generate(session, prompt, g, [&](int32_t id) {
+    if (on_token && !on_token(id)) return false;
+    if (s.cancel.exchange(false)) {
+      cancelled = true;
+      return false;
+    }
+    return true;
+  });
+  r.tokens = std::move(got.tokens);
+  r.prompt_tokens = got.prompt_tokens;
+  r.prefill_seconds = got.prefill_seconds;
+  r.decode_seconds = got.decode_seconds;
+  switch (got.reason) {
+    case StopReason::stop_token: r.reason = FinishReason::stop_token; break;
+    case StopReason::max_tokens: r.reason = FinishReason::max_tokens; break;
+    case StopReason::context_full: r.reason = FinishReason::context_full; break;
+    case StopReason::callback: r.reason = cancelled ? FinishReason::cancelled : FinishReason::callback; break;
+  }
+  return r;
+}
+
+void Engine::cancel(SeqId seq) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->find(seq).cancel = true;
+}
+
+}  // namespace nibble
