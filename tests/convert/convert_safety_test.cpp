@@ -288,15 +288,17 @@ TEST(ConvertCli, HelpDescribesTheFlags) {
 
 TEST(ConvertCli, BadUsageNamesTheFlag) {
   TempDir dir;
+  // Bad usage exits 2 (convert --help promises it); a checkpoint convert
+  // cannot handle is an error (1).
   RunResult r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out")});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(has(r.err, "--to")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "int4"});
   EXPECT_TRUE(has(r.err, "--to int4")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4", "--mtp-experts", "x"});
   EXPECT_TRUE(has(r.err, "--mtp-experts")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4", "--jobs", "0"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(has(r.err, "--jobs")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), "--to", "nvfp4"});
   EXPECT_TRUE(has(r.err, "SRC and DST")) << r.err;
