@@ -44,8 +44,8 @@ std::vector<OptionSpec> text_generation_options() {
       {"--top-p", "P", "nucleus sampling mass (default: generation_config.json, else 1.0)"},
       {"--min-p", "P", "drop tokens below P * the top probability (default: generation_config.json, else 0)"},
       {"--repeat-penalty", "R",
-       "divide positive / multiply negative logits of tokens already in the sequence by R; 1 = off "
-       "(default: generation_config.json's repetition_penalty, else 1)"},
+       "penalise tokens already in the sequence, as transformers' repetition_penalty; 1 = off "
+       "(default: generation_config.json, else 1)"},
       {"--presence-penalty", "P", "subtract P from the logit of every token generated so far, in [-2, 2] (default 0)"},
       {"--frequency-penalty", "F", "subtract F x its count from every generated token's logit, in [-2, 2] (default 0)"},
       {"--seed", "S", "sampling seed; -1 = a random one, printed (default 0)"},
