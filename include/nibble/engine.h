@@ -26,6 +26,7 @@ struct EngineOptions {
   double bandwidth_gbps = 0;             // > 0: assume this bandwidth instead of measuring it
   int64_t step_tokens = 256;             // most tokens one forward step processes (activation memory)
   int64_t rollback_tokens = 16;          // truncation depth that needs no refeeding
+  bool profile = false;                  // time every phase; the table goes to stderr when the Engine is destroyed
 };
 
 // A sequence's handle. Ids are never reused within one Engine.

@@ -142,11 +142,12 @@ enum class ProbeMemory { interleaved, first, last };
 
 class ReadProbe {
  public:
-  // With --bandwidth given nothing is probed: no buffer either. `pieces`:
-  // how many touch() calls share out the first touch (interleaved).
-  ReadProbe(ThreadPool* pool, bool needed, int64_t pieces, ProbeMemory mode)
-      : pool_(pool), size_(dram_working_set()), pieces_(std::max<int64_t>(pieces, 1)), mode_(mode) {
-    if (!needed) return;
+  // With --bandwidth given (`given` > 0) nothing is probed: no buffer
+  // either. `pieces`: how many touch() calls share out the first touch
+  // (interleaved).
+  ReadProbe(ThreadPool* pool, double given, int64_t pieces, ProbeMemory mode)
+      : pool_(pool), given_(given), size_(dram_working_set()), pieces_(std::max<int64_t>(pieces, 1)), mode_(mode) {
+    if (given_ > 0) return;
     buf_.reset(static_cast<uint64_t*>(std::aligned_alloc(4096, size_)));
     if (!buf_) fail("bench: cannot allocate the ", size_ >> 20, " MiB bandwidth probe");
     touched_.assign(size_t(pieces_), 0);
@@ -159,6 +160,9 @@ class ReadProbe {
   void touch(int64_t i) {
     if (mode_ == ProbeMemory::interleaved) touch_piece(i);
   }
+
+  // The --bandwidth value (0: the probe measures).
+  double given() const { return given_; }
 
   // Touches what is left (all of it with `last`): call once the weights
   // exist, before timing.
@@ -222,6 +226,7 @@ class ReadProbe {
     void operator()(uint64_t* q) const { std::free(q); }
   };
   ThreadPool* pool_;
+  double given_;
   size_t size_;
   int64_t pieces_;
   ProbeMemory mode_;
@@ -243,7 +248,8 @@ ProbeMemory parse_probe_memory(const ParsedArgs& args) {
 // with a probe read of `bytes(i)` bytes, alternating which goes first.
 // Returns the call times and the probe's bandwidth (GB/s over the medians),
 // or the --bandwidth value if one was given.
-double given_bandwidth = 0;
+// --bandwidth GBPS: assume this read bandwidth instead of probing it (0: probe).
+double bandwidth_flag(const ParsedArgs& args) { return args.number("--bandwidth", 0, 0.001, 1e6); }
 template <class Call, class Bytes>
 Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, Bytes bytes,
                    double* bandwidth, double* mean_bytes, double* best_bandwidth,
@@ -254,17 +260,17 @@ Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, B
   for (int64_t i = warmup; i < warmup + iters; ++i) {
     const double b = bytes(i);
     total += b;
-    if (given_bandwidth <= 0 && i % 2 == 0) probe_ms.push_back(probe.read_ms(b, cpu_clock) / b);
+    if (probe.given() <= 0 && i % 2 == 0) probe_ms.push_back(probe.read_ms(b, cpu_clock) / b);
     const double t0 = cpu_clock ? thread_cpu_ms() : 0;
     auto w0 = Clock::now();
     call(i);
     ms.push_back(cpu_clock ? thread_cpu_ms() - t0
                            : std::chrono::duration<double, std::milli>(Clock::now() - w0).count());
-    if (given_bandwidth <= 0 && i % 2 == 1) probe_ms.push_back(probe.read_ms(b, cpu_clock) / b);
+    if (probe.given() <= 0 && i % 2 == 1) probe_ms.push_back(probe.read_ms(b, cpu_clock) / b);
   }
   *mean_bytes = total / double(iters);
-  if (given_bandwidth > 0) {
-    *bandwidth = given_bandwidth;
+  if (probe.given() > 0) {
+    *bandwidth = probe.given();
   } else {
     // Probe times per byte -> GB/s at the median.
     std::sort(probe_ms.begin(), probe_ms.end());
@@ -273,7 +279,7 @@ Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, B
     *bandwidth = 1.0 / (per_byte_ms * 1e-3) / 1e9;
   }
   // The least disturbed probe, to set against the least disturbed call.
-  *best_bandwidth = given_bandwidth > 0 ? given_bandwidth : 1.0 / (probe_ms.front() * 1e-3) / 1e9;
+  *best_bandwidth = probe.given() > 0 ? probe.given() : 1.0 / (probe_ms.front() * 1e-3) / 1e9;
   return summarize(ms);
 }
 
@@ -317,7 +323,7 @@ Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int thread
   }
   // The host as the planner sees it; the bandwidth only scales the cost
   // estimates, so a nominal one spares a probe.
-  const Device host = named_device("host", threads, given_bandwidth > 0 ? given_bandwidth : 10.0);
+  const Device host = named_device("host", threads, bandwidth_flag(args) > 0 ? bandwidth_flag(args) : 10.0);
   const Selection sel = select_kernel(kernel_registry(), shape, host, want, "--backend");
   if (!sel.chosen) fail("flag --backend: no kernel can run ", format_name(shape.format), " ", op_name(shape.op), " here");
   Backend b;
@@ -473,7 +479,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
   const size_t copies = resident ? 1 : std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
   ThreadPool* p = resident ? nullptr : &pool;
-  ReadProbe probe(p, given_bandwidth <= 0, int64_t(copies), parse_probe_memory(args));
+  ReadProbe probe(p, bandwidth_flag(args), int64_t(copies), parse_probe_memory(args));
   std::vector<OwnedWeights> mats(copies);
   pool.parallel_for(int64_t(copies), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -584,7 +590,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     fail("flag --format: a ", format_name(format), " dsv4-flash layer needs ", layer_bytes / 1e9,
          " GB (plus the bandwidth probe's ", double(dram_working_set()) / 1e9, " GB); ", avail / 1e9,
          " GB of memory are available");
-  ReadProbe probe(&pool, given_bandwidth <= 0, 3 * (E + 1), parse_probe_memory(args));
+  ReadProbe probe(&pool, bandwidth_flag(args), 3 * (E + 1), parse_probe_memory(args));
   l.mats.resize(size_t(3 * (E + 1)));
   pool.parallel_for(3 * (E + 1), [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -635,6 +641,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     w.tid2eid_is_i64 = false;
     w.tid2eid_rows = vocab;
   }
+  check_moe_weights(w);  // once; the kernels do not check per call
   std::vector<float> xs(size_t(16 * max_batch * D)), y(size_t(max_batch * D));
   random_normal(xs.data(), int64_t(xs.size()), 11);
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
@@ -710,7 +717,6 @@ int run_bench(const std::vector<std::string>& argv) {
   if (args.positional.size() != 1) usage_fail("expected one of bandwidth, linear, moe, decode (usage: ", usage, ")");
   const int threads = threads_arg(args);  // warns above the hardware's count
   const bool json = args.has("--json");
-  given_bandwidth = args.number("--bandwidth", 0, 0.001, 1e6);
   const std::string what = args.positional[0];
   if (what == "bandwidth") return bench_bandwidth(args, threads <= 0 ? ThreadPool::hardware_threads() : threads, json);
   ThreadPool pool(threads);

@@ -39,6 +39,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--linear-backend", "NAME", "kernel of the other matrix ops (default auto)"},
     {"--bandwidth", "GBPS", "assume this read bandwidth instead of measuring it per row"},
     {"--seed", "S", "seed of the random prompt and decode tokens (default 0)"},
+    {"--profile", "", "time every phase of the steps and print the table at the end (stderr)"},
     {"--json", "", "one JSON object per row"},
 };
 
@@ -122,11 +123,12 @@ int bench_decode(const std::vector<std::string>& argv) {
   opt.linear_backend = args.str("--linear-backend", "auto");
   check_backend_name("--moe-backend", opt.moe_backend, true);
   check_backend_name("--linear-backend", opt.linear_backend, false);
+  opt.profile = args.has("--profile");
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
   auto engine = Engine::load(dir, opt);
   const int64_t V = engine->vocab_size();
   if (prompt + steps + 2 > engine->max_context())
-    fail("--prompt-tokens ", prompt, " + -n ", steps, " do not fit the model's context of ", engine->max_context());
+    usage_fail("--prompt-tokens ", prompt, " + -n ", steps, " do not fit the model's context of ", engine->max_context());
   const std::string bw_source = given_bw > 0 ? "--bandwidth flag" : "measured";
   if (!json)
     std::printf("# %s, %d threads, prompts of %lld tokens, %lld decode steps per row\n"

@@ -18,6 +18,7 @@ std::vector<OptionSpec> model_load_options() {
       {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
       {"--bandwidth", "GBPS",
        "memory bandwidth the planner assumes (default: not measured; it does not change the CPU plan)"},
+      {"--profile", "", "time every phase of the forward steps and print the table at the end (stderr)"},
   };
 }
 
@@ -77,6 +78,7 @@ LoadOptions load_options(const ParsedArgs& args) {
   check_backend_name("--moe-backend", opt.plan.moe_backend, true);
   check_backend_name("--linear-backend", opt.plan.linear_backend, false);
   opt.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
+  opt.profile = args.has("--profile");
   return opt;
 }
 

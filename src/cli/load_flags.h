@@ -22,7 +22,7 @@ namespace nibble::cli {
 // the cost estimates shown by `explain` (which measures instead).
 inline constexpr double kUnmeasuredBandwidthGbps = 10.0;
 
-// -m/--model, -t/--threads, --moe-backend, --linear-backend, --bandwidth.
+// -m/--model, -t/--threads, --moe-backend, --linear-backend, --bandwidth, --profile.
 std::vector<OptionSpec> model_load_options();
 
 // The model folder: -m/--model or the one positional argument. With neither,

@@ -2,6 +2,8 @@
 // public spec-sheet values (bandwidth in GB/s; dense bf16/f32 peak in
 // GFLOP/s); they only steer the planner's cost model and `explain`'s bound.
 #include <cmath>
+#include <map>
+#include <mutex>
 
 #include "device/device.h"
 #include "runtime/thread_pool.h"
@@ -52,8 +54,23 @@ Device cuda_named(const char* name, int sm, int sms, double gbps, double tflops,
 
 }  // namespace
 
+namespace {
+
+// This machine's read bandwidth with `threads` threads: measured once per
+// thread count and process (the measurement takes ~0.5 s), then reused.
+// Guarded: several models may be loaded from different threads.
+double cached_bandwidth_gbps(int threads) {
+  static std::mutex mu;
+  static std::map<int, double> measured;  // threads -> GB/s
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = measured.find(threads);
+  if (it == measured.end()) it = measured.emplace(threads, measure_read_bandwidth_gbps(threads, size_t(512) << 20, 3)).first;
+  return it->second;
+}
+
+}  // namespace
+
 Device host_cpu_device(int threads, double bandwidth_gbps) {
-  static double measured = 0;  // measured once per process, then reused
   Device d;
   d.name = "host";
   d.kind = DeviceKind::cpu;
@@ -63,8 +80,7 @@ Device host_cpu_device(int threads, double bandwidth_gbps) {
     d.bandwidth_gbps = bandwidth_gbps;
     d.bandwidth_source = "--bandwidth flag";
   } else {
-    if (measured == 0) measured = measure_read_bandwidth_gbps(d.cores, size_t(512) << 20, 3);
-    d.bandwidth_gbps = measured;
+    d.bandwidth_gbps = cached_bandwidth_gbps(d.cores);
     d.bandwidth_source = "measured";
   }
   d.peak_gflops = d.cores * 2.5 * simd_flops_per_cycle(d.cpu);

@@ -20,6 +20,7 @@
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_block.h"
 #include "model/deepseek_v4_hc.h"
+#include "model/forward_profile.h"
 
 namespace nibble {
 
@@ -39,6 +40,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;  // "cpu": what `explain` shows for each op
+  // Where the forward's PhaseTimers add their time (null: not profiling).
+  virtual ForwardProfile* profile() const = 0;
 
   // Step workspace. alloc() returns uninitialised memory that lives until
   // release_to() of a mark taken before it (or the next begin_step()).

@@ -71,7 +71,7 @@ void CpuBackend::indexer_project(const IndexerWeights& w, const RopeTable& rope,
 void CpuBackend::attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
                         const AttnSeq& seq, Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score,
                         const IndexerProjections* idx, Tensor o) {
-  attend_cpu(w, s, compress_rope, seq, q.data, kv.data, comp_kv.data, comp_score.data, idx, o.data, pool_);
+  attend_cpu(w, s, compress_rope, seq, q.data, kv.data, comp_kv.data, comp_score.data, idx, o.data, pool_, profile_);
 }
 
 }  // namespace nibble

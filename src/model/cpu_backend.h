@@ -14,8 +14,9 @@ namespace nibble {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(ThreadPool* pool) : pool_(pool) {}
+  CpuBackend(ThreadPool* pool, ForwardProfile* profile) : pool_(pool), profile_(profile) {}
   const char* name() const override { return "cpu"; }
+  ForwardProfile* profile() const override { return profile_; }
 
   void begin_step() override { used_ = 0; }
   Tensor alloc(int64_t rows, int64_t cols) override;
@@ -42,6 +43,7 @@ class CpuBackend : public Backend {
 
  private:
   ThreadPool* pool_;
+  ForwardProfile* profile_;
   // The workspace: buffers handed out in order and reused by later steps;
   // they only grow, so steady-state decode allocates nothing here.
   std::vector<std::vector<float>> buffers_;

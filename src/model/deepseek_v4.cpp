@@ -1,6 +1,7 @@
 #include "model/deepseek_v4.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "model/cpu_backend.h"
@@ -15,7 +16,8 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
       plan_(std::move(plan)),
       max_chunk_(options.max_chunk_tokens),
       pool_(options.threads),
-      backend_(std::make_unique<CpuBackend>(&pool_)) {
+      profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
+      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get())) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
     fail("device ", plan_.device.name, ": nibble can only run DeepSeek-V4 on this machine's CPU (device host)");
@@ -36,6 +38,10 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
   if (options.rollback_tokens < 0) fail("rollback_tokens must be >= 0, got ", options.rollback_tokens);
   attn_ = AttentionShape{cfg_.hidden, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.q_lora_rank,
                          cfg_.o_groups, cfg_.o_lora_rank, cfg_.sliding_window, cfg_.rms_eps, options.rollback_tokens};
+}
+
+DeepseekV4Model::~DeepseekV4Model() {
+  if (profile_) std::fputs(profile_->report().c_str(), stderr);
 }
 
 uint64_t DeepseekV4State::memory_bytes() const {
@@ -157,14 +163,18 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
     }
   }
   const int64_t n = int64_t(ids.size());
-  forward_profile_begin(n);
   Backend& be = *backend_;
+  if (profile_) {
+    bool decode = true;
+    for (const Part& p : parts) decode = decode && p.count == 1;
+    profile_->begin_step(decode, n);
+  }
   be.begin_step();
 
   // Embedding, copied into each of the N residual streams: [n, N*D].
   Tensor streams = be.alloc(n, N * D);
   {
-    PhaseTimer _(Phase::embed);
+    PhaseTimer _(be.profile(), Phase::embed);
     be.embed(w_.embed, ids, N, streams);
   }
 
@@ -205,15 +215,15 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
   Tensor picked = be.alloc(rows, N * D), y = be.alloc(rows, D), logits = be.alloc(rows, V);
   be.gather_rows(streams, logit_rows, picked);
   {
-    PhaseTimer _(Phase::hc);
+    PhaseTimer _(be.profile(), Phase::hc);
     be.hc_head(w_.hc_head, hc_, picked, y);
   }
   {
-    PhaseTimer _(Phase::norm);
+    PhaseTimer _(be.profile(), Phase::norm);
     be.rms_norm(y, w_.norm.data(), cfg_.rms_eps, y);
   }
   {
-    PhaseTimer _(Phase::head);
+    PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, y, logits);
   }
   for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);

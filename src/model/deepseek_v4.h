@@ -45,6 +45,7 @@ class DeepseekV4State : public ModelState {
 class DeepseekV4Model : public Model {
  public:
   DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan, const LoadOptions& options);
+  ~DeepseekV4Model() override;
 
   const std::string& architecture() const override { return arch_; }
   int64_t vocab_size() const override { return cfg_.vocab_size; }
@@ -86,6 +87,7 @@ class DeepseekV4Model : public Model {
   std::vector<uint64_t> expert_bytes_;     // [layer] one routed expert's w1 + w3 + w2
   mutable std::mutex mu_;           // a step uses pool_ and backend_ and is not reentrant
   mutable ThreadPool pool_;
+  std::unique_ptr<ForwardProfile> profile_;  // LoadOptions::profile; printed when the model is destroyed
   std::unique_ptr<Backend> backend_;  // runs every op of the forward (CpuBackend on pool_)
 };
 

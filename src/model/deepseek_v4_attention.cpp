@@ -41,7 +41,7 @@ void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const fl
 // Also appends its rows to the compressors and its kv to the ring.
 void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
-                const IndexerProjections* idx, float* o, ThreadPool* pool) {
+                const IndexerProjections* idx, float* o, ThreadPool* pool, ForwardProfile* prof) {
   const int64_t H = s.heads, d = s.head_dim, W = s.window, n = seq.count, p0 = seq.p0;
   AttentionState& st = *seq.st;
   const int64_t ring_rows = W + s.rollback;
@@ -58,13 +58,13 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
   // Compressed entries (all of this call's windows close before any query reads them).
   IndexerSelection sel;
   if (w.compressor) {
-    PhaseTimer _(Phase::compressor);
+    PhaseTimer _(prof, Phase::compressor);
     const int64_t width = w.compressor->width();
     compressor_append(*w.compressor, compress_rope, s.rms_eps, comp_kv + seq.first * width,
                       comp_score + seq.first * width, n, p0, s.rollback, st.compressor);
   }
   if (w.indexer) {
-    PhaseTimer _(Phase::indexer);
+    PhaseTimer _(prof, Phase::indexer);
     indexer_select(*w.indexer, compress_rope, s.rms_eps, *idx, seq.first, n, p0, s.rollback, st.indexer, sel, pool);
   }
   if (w.indexer && st.indexer.n_entries != st.compressor.n_entries)
@@ -74,7 +74,7 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
   // Attention per (token, head); each (token, head) is computed whole by one
   // thread, in key order.
   const float scale = 1.0f / std::sqrt(float(d));
-  PhaseTimer core_timer(Phase::attn_core);
+  PhaseTimer core_timer(prof, Phase::attn_core);
   pool_for(pool, n * H, 1, [&](int64_t i0, int64_t i1) {
     std::vector<const float*> kp;
     std::vector<float> logit, acc(static_cast<size_t>(d));
@@ -127,12 +127,12 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
   // Queries of every token: [T, H*d], per-head unweighted norm, RoPE.
   Tensor qr = be.alloc(T, s.q_lora), q = be.alloc(T, H * d);
   {
-    PhaseTimer _(Phase::attn_linear);
+    PhaseTimer _(be.profile(), Phase::attn_linear);
     be.linear(w.wq_a, x, qr);
   }
   be.rms_norm(qr, w.q_norm.data(), s.rms_eps, qr);
   {
-    PhaseTimer _(Phase::attn_linear);
+    PhaseTimer _(be.profile(), Phase::attn_linear);
     be.linear(w.wq_b, qr, q);
   }
   be.rms_norm(q.reshaped(d), nullptr, s.rms_eps, q.reshaped(d));
@@ -141,7 +141,7 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
   // The shared key/value head of every token: [T, d].
   Tensor kv = be.alloc(T, d);
   {
-    PhaseTimer _(Phase::attn_linear);
+    PhaseTimer _(be.profile(), Phase::attn_linear);
     be.linear(w.wkv, x, kv);
   }
   be.rms_norm(kv, w.kv_norm.data(), s.rms_eps, kv);
@@ -150,7 +150,7 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
   // The compressors' and the indexer's projections, once over all tokens.
   Tensor comp_kv, comp_score;
   if (w.compressor) {
-    PhaseTimer _(Phase::compressor);
+    PhaseTimer _(be.profile(), Phase::compressor);
     comp_kv = be.alloc(T, w.compressor->width());
     comp_score = be.alloc(T, w.compressor->width());
     be.linear(w.compressor->wkv, x, comp_kv);
@@ -158,7 +158,7 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
   }
   IndexerProjections idx;
   if (w.indexer) {
-    PhaseTimer _(Phase::indexer);
+    PhaseTimer _(be.profile(), Phase::indexer);
     be.indexer_project(*w.indexer, compress_rope, x, qr, positions, idx);
   }
 
@@ -173,7 +173,7 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
 
   Tensor y = be.alloc(T, s.o_groups * s.o_lora);
   {
-    PhaseTimer _(Phase::attn_linear);
+    PhaseTimer _(be.profile(), Phase::attn_linear);
     be.grouped_wo_a(w.wo_a, s, o, y);
     be.linear(w.wo_b, y, out);
   }

@@ -86,7 +86,7 @@ void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const fl
                       ThreadPool* pool);
 void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
-                const IndexerProjections* idx, float* o, ThreadPool* pool);
+                const IndexerProjections* idx, float* o, ThreadPool* pool, class ForwardProfile* prof);
 
 // The earliest position this layer's state can be truncated to without
 // refeeding, and the truncation itself (floor <= p <= current position).

@@ -18,29 +18,29 @@ void block_forward(Backend& be, const BlockWeights& w, const HcShape& hc, const 
 
   // Attention sublayer.
   {
-    PhaseTimer _(Phase::hc);
+    PhaseTimer _(be.profile(), Phase::hc);
     be.hc_pre(w.hc_attn, hc, streams, x, post, comb);
   }
   {
-    PhaseTimer _(Phase::norm);
+    PhaseTimer _(be.profile(), Phase::norm);
     be.rms_norm(x, w.attn_norm.data(), as.rms_eps, x);
   }
   {
-    PhaseTimer _(Phase::attention);
+    PhaseTimer _(be.profile(), Phase::attention);
     attention_forward(be, w.attn, as, rope, compress_rope, x, positions, seqs, y);
   }
   // MoE sublayer.
   {
-    PhaseTimer _(Phase::hc);
+    PhaseTimer _(be.profile(), Phase::hc);
     be.hc_post(hc, y, post, comb, streams);
     be.hc_pre(w.hc_ffn, hc, streams, x, post, comb);
   }
   {
-    PhaseTimer _(Phase::norm);
+    PhaseTimer _(be.profile(), Phase::norm);
     be.rms_norm(x, w.ffn_norm.data(), as.rms_eps, x);
   }
   {
-    PhaseTimer _(Phase::moe);
+    PhaseTimer _(be.profile(), Phase::moe);
     be.moe(w, x, ids, y);
   }
   if (distinct_experts) {
@@ -55,7 +55,7 @@ void block_forward(Backend& be, const BlockWeights& w, const HcShape& hc, const 
     *distinct_experts = std::count(hit.begin(), hit.end(), char(1));
   }
   {
-    PhaseTimer _(Phase::hc);
+    PhaseTimer _(be.profile(), Phase::hc);
     be.hc_post(hc, y, post, comb, streams);
   }
   be.release_to(mark);

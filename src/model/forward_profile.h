@@ -1,18 +1,22 @@
-// Where a forward pass spends its time, by phase (attention projections,
+// Where a forward step spends its time, by phase (attention projections,
 // attention itself, compressor, indexer, MoE, hyper-connections, head, ...):
-// set NIBBLE_PROFILE=1 in the environment and every process that runs a
-// model prints, at exit, the wall time of each phase summed over its decode
-// steps (single-token forwards) and, apart, over its prefill chunks. Off by
-// default; when off a PhaseTimer costs one predictable branch.
+// load a model with LoadOptions::profile (the `--profile` flag of every
+// command that loads one) and it prints, when it is destroyed, the wall time
+// of each phase summed over its decode steps (every sequence feeding one
+// token) and, apart, over its other steps (prefill chunks, mixed batches).
+// Off by default; a PhaseTimer with no profile costs one predictable branch.
 //
 // Phases nest: `attention` includes `attn_linear`, `compressor`, `indexer`
 // and `attn_core`; the report lists the remainder of each parent as `other`.
-// Times are wall-clock on the calling thread (the thread pool's work runs
-// inside them), so they add up to the forward's wall time.
+// Times are wall-clock on the thread that runs the step (the thread pool's
+// work runs inside them), so they add up to the step's wall time. A model
+// runs one step at a time, so the totals need no synchronisation.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace nibble {
 
@@ -30,23 +34,37 @@ enum class Phase : int {
   count
 };
 
-bool forward_profile_enabled();
+class ForwardProfile {
+ public:
+  // The step that follows: a decode step (one token per sequence) or not.
+  void begin_step(bool decode, int64_t tokens);
+  void add(Phase p, int64_t ns) { ns_[size_t(row_)][size_t(p)] += ns; }
+  // The per-phase table, one line per phase ("" before any step).
+  std::string report() const;
 
-// Marks the forward that follows as a decode step (one token) or a prefill chunk.
-void forward_profile_begin(int64_t tokens);
+ private:
+  static constexpr int kPhases = int(Phase::count);
+  int row_ = 0;  // 0: decode steps, 1: the others
+  std::array<std::array<int64_t, kPhases>, 2> ns_{};
+  std::array<int64_t, 2> steps_{}, tokens_{};
+};
 
 class PhaseTimer {
  public:
-  explicit PhaseTimer(Phase p) : phase_(p), on_(forward_profile_enabled()) {
-    if (on_) t0_ = std::chrono::steady_clock::now();
+  PhaseTimer(ForwardProfile* profile, Phase p) : profile_(profile), phase_(p) {
+    if (profile_) t0_ = std::chrono::steady_clock::now();
   }
-  ~PhaseTimer();
+  ~PhaseTimer() {
+    if (profile_)
+      profile_->add(phase_, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+                                .count());
+  }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
 
  private:
+  ForwardProfile* profile_;
   Phase phase_;
-  bool on_;
   std::chrono::steady_clock::time_point t0_;
 };
 

@@ -37,6 +37,9 @@ struct LoadOptions {
   // (speculative decoding rejects at most its drafts): the window caches keep
   // this many rows more. Deeper truncations refeed the kept prefix.
   int64_t rollback_tokens = 16;
+  // Time every phase of every step and print the table when the model is
+  // destroyed (--profile; model/forward_profile.h).
+  bool profile = false;
 };
 
 // Per-sequence state: caches and position. Created by Model::new_state().

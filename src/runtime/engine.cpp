@@ -101,6 +101,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   lo.bandwidth_gbps = options.bandwidth_gbps;
   lo.max_chunk_tokens = options.step_tokens;
   lo.rollback_tokens = options.rollback_tokens;
+  lo.profile = options.profile;
   auto impl = std::make_unique<Impl>();
   impl->model = load_model(model_dir, lo);
   const std::string tok = model_dir + "/tokenizer.json";

@@ -49,7 +49,12 @@ const IsaKernels kAvx512Int8 = {CpuIsa::avx512,          Fp4Acts::int8,         
 
 const IsaKernels& isa_kernels(CpuIsa isa, Fp4Acts acts) {
   if (isa == CpuIsa::ref) fail("the scalar reference has no SIMD kernels");
-  if (std::string why = cpu_isa_unsupported(isa, host_cpu_features()); !why.empty())
+  // The planner only binds kernels the host runs; this guards direct calls
+  // (a SIGILL otherwise). The host's answer never changes, so it is asked
+  // once per ISA, not on every call.
+  static const std::string avx2_why = cpu_isa_unsupported(CpuIsa::avx2, host_cpu_features());
+  static const std::string avx512_why = cpu_isa_unsupported(CpuIsa::avx512, host_cpu_features());
+  if (const std::string& why = isa == CpuIsa::avx2 ? avx2_why : avx512_why; !why.empty())
     fail("cannot run ", cpu_isa_name(isa), " kernels on this CPU: ", why);
   const bool int8 = acts == Fp4Acts::int8;
   if (isa == CpuIsa::avx2) return int8 ? kAvx2Int8 : kAvx2;
