@@ -714,15 +714,15 @@ int run_bench(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() != 1) usage_fail("expected one of bandwidth, linear, moe (usage: ", usage, ")");
-  const int threads = int(args.integer("--threads", 0, 0, 4096));
+  if (args.positional.size() != 1) usage_fail("expected one of bandwidth, linear, moe, decode (usage: ", usage, ")");
+  const int threads = threads_arg(args);  // warns above the hardware's count
   const bool json = args.has("--json");
   const std::string what = args.positional[0];
   if (what == "bandwidth") return bench_bandwidth(args, threads <= 0 ? ThreadPool::hardware_threads() : threads, json);
   ThreadPool pool(threads);
   if (what == "linear") return bench_linear(args, pool, json);
   if (what == "moe") return bench_moe(args, pool, json);
-  usage_fail("unknown benchmark '", what, "' (bandwidth, linear, moe)");
+  usage_fail("unknown benchmark '", what, "' (bandwidth, linear, moe, decode)");
 }
 
 RegisterCommand reg({"bench", "measure kernels and models against memory bandwidth (bandwidth, linear, moe, decode)",

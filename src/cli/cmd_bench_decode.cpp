@@ -20,6 +20,7 @@
 
 #include "cli/args.h"
 #include "cli/human.h"
+#include "cli/load_flags.h"
 #include "cli/usage_error.h"
 #include "nibble/engine.h"
 #include "util/error.h"
@@ -32,7 +33,8 @@ const std::vector<OptionSpec> kOptions = {
     {"--sequences", "LIST", "concurrent sequence counts, comma-separated (default 1,2,4,8,16)"},
     {"-n,--decode-steps", "N", "timed decode steps per row (default 16)"},
     {"--prompt-tokens", "P", "prompt length of every sequence (default 64)"},
-    {"--threads", "N", "CPU threads (default: all)"},
+    {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
+    {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--moe-backend", "NAME", "routed-experts kernel (default auto)"},
     {"--linear-backend", "NAME", "kernel of the other matrix ops (default auto)"},
     {"--bandwidth", "GBPS", "assume this read bandwidth instead of measuring it per row"},
@@ -107,9 +109,7 @@ int bench_decode(const std::vector<std::string>& argv) {
                              kOptions);
     return 0;
   }
-  if (args.positional.size() > 1) usage_fail("expected at most one MODEL_DIR (usage: ", usage, ")");
-  const std::string dir =
-      args.positional.empty() ? std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny" : args.positional[0];
+  const std::string dir = model_dir_arg(args, /*shipped_default=*/true, usage);
   const std::vector<int64_t> counts = parse_list(args.str("--sequences", "1,2,4,8,16"), "--sequences");
   const int64_t steps = args.integer("--decode-steps", 16, 1, 1000000);
   const int64_t prompt = args.integer("--prompt-tokens", 64, 1, 1 << 20);
@@ -118,9 +118,11 @@ int bench_decode(const std::vector<std::string>& argv) {
   const bool json = args.has("--json");
 
   EngineOptions opt;
-  opt.threads = int(args.integer("--threads", 0, 0, 4096));
+  opt.threads = threads_arg(args);
   opt.moe_backend = args.str("--moe-backend", "auto");
   opt.linear_backend = args.str("--linear-backend", "auto");
+  check_backend_name("--moe-backend", opt.moe_backend, true);
+  check_backend_name("--linear-backend", opt.linear_backend, false);
   opt.profile = args.has("--profile");
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
   auto engine = Engine::load(dir, opt);

@@ -37,8 +37,6 @@ std::vector<OptionSpec> options() {
 }
 
 // The generated tokens without the stop token that ended them, if one did.
-bool quiet_flag(const ParsedArgs& args) { return args.has("--quiet"); }
-
 std::vector<int32_t> without_stop_token(const GenerateResult& r) {
   std::vector<int32_t> reply = r.tokens;
   if (r.reason == StopReason::stop_token && !reply.empty()) reply.pop_back();
@@ -88,10 +86,10 @@ int run_chat(const std::vector<std::string>& argv) {
   }
   TextModel tm = load_text_model(args, usage);
   GenerateOptions gen = generation_options(args, tm);
-  if (!quiet_flag(args)) std::fprintf(stderr, "[nibble] loaded %s in %.3f s; /help lists the commands\n",
-                                      tm.dir.c_str(), tm.load_seconds);
-  install_interrupt_handler();
   const bool quiet = args.has("--quiet");
+  if (!quiet)
+    std::fprintf(stderr, "[nibble] loaded %s in %.3f s; /help lists the commands\n", tm.dir.c_str(), tm.load_seconds);
+  install_interrupt_handler();
   ChatEncodeOptions co;
   co.mode = args.has("--think") ? ThinkingMode::Thinking : ThinkingMode::Chat;
 

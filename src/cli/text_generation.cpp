@@ -44,8 +44,8 @@ std::vector<OptionSpec> text_generation_options() {
       {"--top-p", "P", "nucleus sampling mass (default: generation_config.json, else 1.0)"},
       {"--min-p", "P", "drop tokens below P * the top probability (default: generation_config.json, else 0)"},
       {"--repeat-penalty", "R",
-       "divide positive / multiply negative logits of tokens already in the sequence by R; 1 = off "
-       "(default: generation_config.json's repetition_penalty, else 1)"},
+       "penalise tokens already in the sequence, as transformers' repetition_penalty; 1 = off "
+       "(default: generation_config.json, else 1)"},
       {"--presence-penalty", "P", "subtract P from the logit of every token generated so far, in [-2, 2] (default 0)"},
       {"--frequency-penalty", "F", "subtract F x its count from every generated token's logit, in [-2, 2] (default 0)"},
       {"--seed", "S", "sampling seed; -1 = a random one, printed (default 0)"},
@@ -137,11 +137,36 @@ Completion stream_completion(const TextModel& tm, Session& session, std::span<co
       fail("writing the generated text to ", out == stdout ? "stdout" : "the output", " failed",
            errno ? ": " : "", errno ? std::strerror(errno) : "");
   };
-  c.result = generate(session, prompt, g, [&](int32_t id) {
+  // A long prompt is fed here in pieces, all but its last kPrefillPiece
+  // tokens, so that Ctrl-C can stop between them (generate() feeds its
+  // prompt in one call). The model cuts every call into the same pieces
+  // (LoadOptions::max_chunk_tokens), so the logits do not change.
+  constexpr size_t kPrefillPiece = 256;
+  size_t fed = 0;
+  double fed_seconds = 0;
+  if (prompt.size() > 2 * kPrefillPiece) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (prompt.size() - fed > kPrefillPiece && !interrupted()) {
+      const size_t n = std::min(kPrefillPiece, prompt.size() - fed - kPrefillPiece);
+      session.prefill(prompt.subspan(fed, n));
+      fed += n;
+    }
+    fed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (interrupted()) {
+      c.interrupted = true;
+      c.result.reason = StopReason::callback;
+      c.result.prompt_tokens = int64_t(fed);
+      c.result.prefill_seconds = fed_seconds;
+      return c;
+    }
+  }
+  c.result = generate(session, prompt.subspan(fed), g, [&](int32_t id) {
     show(stops.push(decoder.push(id)));
     if (interrupted()) c.interrupted = true;
     return !stops.stopped() && !c.interrupted;
   });
+  c.result.prompt_tokens += int64_t(fed);
+  c.result.prefill_seconds += fed_seconds;
   show(stops.push(decoder.finish()));
   show(stops.finish());
   c.stop_string = stops.matched();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "model/cpu_backend.h"
 #include "model/forward_profile.h"
@@ -230,6 +231,12 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
 
 std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,
                                         const LoadOptions& options) {
+  // A checkpoint's config.json must state its dimensions: the HF defaults
+  // (V4-Flash's 4096 hidden, 43 layers, ...) would only turn a missing field
+  // into a confusing tensor-shape error. Other fields keep HF's defaults.
+  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"})
+    if (auto it = ck->config().find(key); it == ck->config().end() || it->is_null())
+      fail(ck->file_path("config.json"), ": field \"", key, "\" is missing; a checkpoint must state its dimensions");
   return std::make_unique<DeepseekV4Model>(std::move(ck), det, std::move(plan), options);
 }
 

@@ -18,7 +18,8 @@ std::vector<std::string> kernels(const std::string& dir, const std::string& devi
   RunResult r = run_nibble({"explain", dir, "--json", "--device", device, "--bandwidth", gbps});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> out;
-  for (const auto& g : nlohmann::json::parse(r.out)["groups"])
+  const nlohmann::json plan = nlohmann::json::parse(r.out);  // kept alive: the loop walks into it
+  for (const auto& g : plan["groups"])
     out.push_back(g["group"].get<std::string>() + "=" + (g["kernel"].is_null() ? "-" : g["kernel"].get<std::string>()));
   return out;
 }

@@ -125,6 +125,54 @@ TEST(CliText, CtrlCInRunStopsAndStillPrintsTheSummary) {
   EXPECT_TRUE(contains(r.result.err, "decode steps")) << r.result.err;
 }
 
+// A long prompt is fed in pieces, so Ctrl-C also stops the prefill.
+TEST(CliText, CtrlCStopsALongPrefill) {
+  TempDir dir;
+  std::string big;
+  while (big.size() < 400000) big += "hello world ";
+  write_text(dir.str("p.txt"), big);
+  const auto t0 = std::chrono::steady_clock::now();
+  InterruptRun r = run_nibble_interrupted({"run", kRandom, "-f", dir.str("p.txt"), "-n", "4", "-t", "2"}, "", "", "",
+                                          120, /*after_s=*/1.5);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.interrupted) << r.result.err;
+  EXPECT_EQ(r.result.exit_code, 130) << r.result.err;
+  EXPECT_TRUE(contains(r.result.err, "stop: interrupted")) << r.result.err;
+  EXPECT_TRUE(contains(r.result.err, "generated 0 tokens")) << r.result.err;
+  EXPECT_LT(s, 30) << r.result.err;
+}
+
+// The pieces a long prompt is fed in change nothing: the first token's
+// log-probabilities equal a full forward's over the same ids.
+TEST(CliText, LongPromptInPiecesMatchesOneForward) {
+  std::ifstream in(kShipped + "/heldout.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.resize(3000);  // ~900 tokens: three pieces and the rest
+  while (!text.empty() && (text.back() & 0xC0) == 0x80) text.pop_back();  // whole characters
+  if (!text.empty() && (text.back() & 0x80)) text.pop_back();
+  TempDir dir;
+  write_text(dir.str("p.txt"), text);
+  RunResult r = run_nibble(cat({"run", "-f", dir.str("p.txt"), "-n", "1", "--json", "--n-probs", "4"}, kGreedy));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const auto prompt = j["prompt_tokens"].get<std::vector<int32_t>>();
+  ASSERT_GT(prompt.size(), 600u);
+  std::string ids;
+  for (int32_t t : prompt) ids += std::to_string(t) + ",";
+  ids.pop_back();
+  RunResult logits = run_nibble({"logits", kShipped, "--tokens", ids, "--out", "-", "-t", "2"});
+  ASSERT_EQ(logits.exit_code, 0) << logits.err;
+  const size_t vocab = 4096;
+  std::vector<float> row(vocab);
+  std::memcpy(row.data(), logits.out.data() + (prompt.size() - 1) * vocab * 4, vocab * 4);
+  double max = row[0], sum = 0;
+  for (float v : row) max = std::max(max, double(v));
+  for (float v : row) sum += std::exp(double(v) - max);
+  const double log_z = max + std::log(sum);
+  for (const auto& alt : j["logprobs"][0]["top"])
+    EXPECT_NEAR(alt["logprob"].get<double>(), double(row[alt["id"].get<size_t>()]) - log_z, 1e-4);
+}
+
 TEST(CliText, CtrlCInChatStopsTheReplyAndKeepsTheConversation) {
   // The second reply ends at the 200-token cap, so the run ends by itself.
   InterruptRun r = run_nibble_interrupted({"chat", kRandom, "-n", "-1", "-c", "200", "-t", "2"}, "hello\n", "",
@@ -217,6 +265,7 @@ TEST(CliText, ConfigErrorsNameTheField) {
       {[](json& j) { j["rope_theta"] = 0; }, "\"rope_theta\" must be", "rope_theta rope_theta"},
       {[](json& j) { j["eos_token_id"] = 4096; }, "\"eos_token_id\"", "generation_config"},
       {[](json& j) { j["bos_token_id"] = -1; }, "\"bos_token_id\"", "generation_config"},
+      {[](json& j) { j.erase("hidden_size"); }, "\"hidden_size\" is missing", "4096"},
   };
   for (const auto& c : cases) {
     EditedModel m("config.json", c.edit);

@@ -71,7 +71,7 @@ RunResult run_nibble(const std::vector<std::string>& args, const std::string& in
 
 InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const std::string& first_input,
                                     const std::string& wait_for, const std::string& then_input,
-                                    double timeout_s) {
+                                    double timeout_s, double after_s) {
   TempDir io;
   int in_pipe[2], out_pipe[2];
   if (pipe(in_pipe) != 0 || pipe(out_pipe) != 0) throw std::runtime_error("pipe failed");
@@ -109,12 +109,15 @@ InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const 
   std::string out;
   char buf[4096];
   bool eof = false;
-  auto seen = [&] { return !out.empty() && out.find(wait_for) != std::string::npos; };
+  auto seen = [&] {
+    if (after_s >= 0) return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= after_s;
+    return !out.empty() && out.find(wait_for) != std::string::npos;
+  };
   while (!eof && !seen()) {
     const double left = timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (left <= 0) break;
     pollfd p{out_pipe[0], POLLIN, 0};
-    if (poll(&p, 1, int(left * 1000)) <= 0) continue;
+    if (poll(&p, 1, after_s >= 0 ? 50 : int(left * 1000)) <= 0) continue;
     ssize_t n = read(out_pipe[0], buf, sizeof buf);
     if (n <= 0) eof = true;
     else out.append(buf, size_t(n));

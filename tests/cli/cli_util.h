@@ -32,9 +32,11 @@ struct InterruptRun {
   bool interrupted = false;
   std::string out_at_interrupt;  // stdout when the SIGINT was sent
 };
+// With `after_s` >= 0 it does not wait for output: the SIGINT goes
+// `after_s` seconds after the start.
 InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const std::string& first_input,
                                     const std::string& wait_for, const std::string& then_input,
-                                    double timeout_s = 120);
+                                    double timeout_s = 120, double after_s = -1);
 
 // The shipped model and the test fixtures of the repository.
 std::string source_path(const std::string& relative);

@@ -288,8 +288,10 @@ TEST(ConvertCli, HelpDescribesTheFlags) {
 
 TEST(ConvertCli, BadUsageNamesTheFlag) {
   TempDir dir;
+  // Bad usage exits 2 (convert --help promises it); a checkpoint convert
+  // cannot handle is an error (1).
   RunResult r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out")});
-  EXPECT_EQ(r.exit_code, 2);  // usage errors exit 2
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(has(r.err, "--to")) << r.err;
   r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "int4"});
   EXPECT_TRUE(has(r.err, "--to int4")) << r.err;
