@@ -23,6 +23,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
     {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
     {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: measured at start)"},
+    {"--no-check-weights", "", "skip the load-time check for NaN scale codes in the weights"},
 };
 
 std::vector<int32_t> parse_tokens(const std::string& s) {
@@ -70,6 +71,7 @@ int run_logits(const std::vector<std::string>& argv) {
   opt.plan.moe_backend = args.str("--moe-backend", "auto");
   opt.plan.linear_backend = args.str("--linear-backend", "auto");
   opt.bandwidth_gbps = args.number("--bandwidth", 0, 0.001, 1e6);  // 0: measure
+  opt.skip_weight_check = args.has("--no-check-weights");
   auto model = load_model(args.positional[0], opt);
 
   const int64_t vocab = model->vocab_size();

@@ -27,6 +27,7 @@ std::vector<OptionSpec> text_generation_options() {
       {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
       {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
       {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: measured at start)"},
+      {"--no-check-weights", "", "skip the load-time check for NaN scale codes in the weights"},
   };
 }
 
@@ -45,6 +46,7 @@ TextModel load_text_model(const ParsedArgs& args) {
   opt.plan.moe_backend = args.str("--moe-backend", "auto");
   opt.plan.linear_backend = args.str("--linear-backend", "auto");
   opt.bandwidth_gbps = args.number("--bandwidth", 0, 0.001, 1e6);  // 0: measure
+  opt.skip_weight_check = args.has("--no-check-weights");
   tm.model = load_model(tm.dir, opt);
   const std::string tok_path = tm.dir + "/tokenizer.json";
   if (!std::filesystem::exists(tok_path)) fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble logits` does not)");

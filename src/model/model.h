@@ -27,6 +27,9 @@ struct LoadOptions {
   // Longest run of tokens one forward step processes; longer prompts are fed
   // in chunks of this size, which bounds activation memory (same logits).
   int64_t max_chunk_tokens = 256;
+  // Binding runs check_weight_codes on every weight matrix (NaN scale codes
+  // would be garbage on the SIMD kernels); true skips it (--no-check-weights).
+  bool skip_weight_check = false;
 };
 
 // Per-sequence state: caches and position. Created by Model::new_state().
