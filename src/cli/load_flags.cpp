@@ -18,6 +18,7 @@ std::vector<OptionSpec> model_load_options() {
       {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
       {"--bandwidth", "GBPS",
        "memory bandwidth the planner assumes (default: not measured; it does not change the CPU plan)"},
+      {"--no-check-weights", "", "skip the load-time check for NaN scale codes in the weights"},
       {"--profile", "", "time every phase of the forward steps and print the table at the end (stderr)"},
   };
 }
@@ -79,6 +80,7 @@ LoadOptions load_options(const ParsedArgs& args) {
   check_backend_name("--linear-backend", opt.plan.linear_backend, false);
   opt.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
   opt.profile = args.has("--profile");
+  opt.skip_weight_check = args.has("--no-check-weights");
   return opt;
 }
 

@@ -57,6 +57,7 @@ class Binder {
     if (t->rows != rows || t->cols != cols)
       fail(ck_.path(), ": tensor ", base, ".weight has logical shape ", shape_str({t->rows, t->cols}),
            " but config.json implies ", shape_str({rows, cols}), " (", why, ")");
+    if (!options_.skip_weight_check) check_weight_codes(weight_view(*t));
     return *t;
   }
 

@@ -40,6 +40,9 @@ struct LoadOptions {
   // Time every phase of every step and print the table when the model is
   // destroyed (--profile; model/forward_profile.h).
   bool profile = false;
+  // Binding runs check_weight_codes on every weight matrix (NaN scale codes
+  // would be garbage on the SIMD kernels); true skips it (--no-check-weights).
+  bool skip_weight_check = false;
 };
 
 // Per-sequence state: caches and position. Created by Model::new_state().

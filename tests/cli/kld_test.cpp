@@ -2,8 +2,9 @@
 // independent long-double computation; the command's numbers against KL
 // computed here from `nibble logits` of both kernel configurations; its
 // errors; and the acceptance bound of the shipped model: mean KL between
-// the default kernels and the f64 reference <= 0.01 nats over >= 1,000
-// held-out positions.
+// the default (exact) kernels and the f64 reference over 1,024 held-out
+// positions within what f32 rounding allows (kExactMeanKl below), and
+// <= 0.01 nats for the opt-in kernels that round activations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -200,7 +201,7 @@ std::vector<MoeKernel> runnable_moe_kernels() {
 // report what this test computes from `nibble logits` of the same tokens
 // (BOS first) under both kernel configurations.
 TEST(KldCommand, AgreesWithKlOfLogitsFromBothBackends) {
-  if (!shipped_model_present()) GTEST_SKIP() << kModel << " is missing";
+  ASSERT_TRUE(shipped_model_present()) << kModel << " is committed; a checkout without it is broken";
   const size_t n = 48;
   const Tokenizer tok = Tokenizer::from_file(kModel + "/tokenizer.json");
   std::vector<int32_t> text = tok.encode(read_file(kHeldout), /*allow_special=*/false);
@@ -275,10 +276,24 @@ TEST(KldCommand, AgreesWithKlOfLogitsFromBothBackends) {
   }
 }
 
+// What f32 rounding allows between the exact kernels and the f64
+// reference. If every logit of a position moves by at most d, then
+// KL(p || q) = ln E_p[e^delta] - E_p[delta] <= (2d)^2 / 8 = d^2 / 2
+// (Hoeffding's lemma, delta in [-d, d]), and |ln p_t - ln q_t| <= 2d for the
+// target token, so |ln(ppl_test / ppl_base)| <= 2d. The exact kernels differ
+// from the reference only by f32 rounding, held to 1e-5 of the position's
+// largest |logit| (the forward's f32 budget, deepseek_v4_hf_test.cpp); the
+// shipped model's logits stay below 16 in magnitude (13.2 over 200 probed
+// positions), so d <= 1e-5 * 32 with a 2x margin: mean KL <= 5.1e-8 and the
+// log perplexity ratio <= 6.4e-4. Observed: 5.9e-14 nats (issue 11). An
+// f32 kernel that drops a scale or misroutes an expert moves KL by >= 1e-4.
+constexpr double kExactLogitDelta = 1e-5 * 32;
+constexpr double kExactMeanKl = kExactLogitDelta * kExactLogitDelta / 2;
+
 // Acceptance (issue 4): default kernels vs the f64 reference on >= 1,000
 // positions of held-out text (Julius Caesar; the model never saw it).
-TEST(KldCommand, DefaultKernelsMeanKlAtMostOneHundredthNat) {
-  if (!shipped_model_present()) GTEST_SKIP() << kModel << " is missing";
+TEST(KldCommand, DefaultKernelsMeanKlWithinF32Rounding) {
+  ASSERT_TRUE(shipped_model_present()) << kModel << " is committed; a checkout without it is broken";
 #ifdef NIBBLE_SANITIZE
   // The sanitizer build runs a quarter of the positions; the
   // optimized build checks the full 1,024 positions.
@@ -294,12 +309,14 @@ TEST(KldCommand, DefaultKernelsMeanKlAtMostOneHundredthNat) {
   EXPECT_EQ(j.at("chunks").get<int>(), (positions + 510) / 511);
   EXPECT_EQ(j.at("test").at("moe_backend"), "auto");
   const double mean = j.at("kld").at("mean").get<double>();
-  EXPECT_LE(mean, 0.01);
+  EXPECT_LE(mean, kExactMeanKl);
+  EXPECT_LE(j.at("kld").at("max").get<double>(), kExactMeanKl);  // the bound holds per position
   EXPECT_GE(mean, 0.0);
   EXPECT_LE(j.at("kld").at("p99").get<double>(), j.at("kld").at("max").get<double>());
   EXPECT_GE(j.at("same_top_fraction").get<double>(), 0.95);
-  // The two perplexities agree to within the KL budget.
-  EXPECT_NEAR(std::log(j.at("test").at("ppl").get<double>() / j.at("base").at("ppl").get<double>()), 0.0, 0.01);
+  // The two perplexities agree to within 2d (see kExactMeanKl).
+  EXPECT_NEAR(std::log(j.at("test").at("ppl").get<double>() / j.at("base").at("ppl").get<double>()), 0.0,
+              2 * kExactLogitDelta);
   std::printf("[kld] %d positions: mean KL %.3g nats, p99 %.3g, max %.3g, same top %.2f%%, test kernels moe %s / "
               "linear %s\n",
               positions, mean, j.at("kld").at("p99").get<double>(), j.at("kld").at("max").get<double>(),
@@ -311,7 +328,7 @@ TEST(KldCommand, DefaultKernelsMeanKlAtMostOneHundredthNat) {
 // one 512-token chunk each, to keep the test short; bench/DECODE.md has
 // them over the whole text).
 TEST(KldCommand, OptInLossyKernelsMeanKlAtMostOneHundredthNat) {
-  if (!shipped_model_present()) GTEST_SKIP() << kModel << " is missing";
+  ASSERT_TRUE(shipped_model_present()) << kModel << " is committed; a checkout without it is broken";
 #ifdef NIBBLE_SANITIZE
   const int positions = 128;
 #else
@@ -337,7 +354,7 @@ TEST(KldCommand, OptInLossyKernelsMeanKlAtMostOneHundredthNat) {
 }
 
 TEST(KldCommand, TextReport) {
-  if (!shipped_model_present()) GTEST_SKIP() << kModel << " is missing";
+  ASSERT_TRUE(shipped_model_present()) << kModel << " is committed; a checkout without it is broken";
   TempDir dir;
   testing::write_text(dir.str("t.txt"), "Friends, Romans, countrymen, lend me your ears;\n");
   auto r = run_nibble({"kld", kModel, "--text", dir.str("t.txt"), "--ctx", "8", "--bandwidth", "10"});

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <regex>
 #include <set>
 
 #include "checkpoint/checkpoint.h"
@@ -20,9 +19,25 @@ namespace {
 
 using namespace convert_test;
 
+// (layers|mtp).<digits>.ffn.experts.<digits>.w[123].<anything>
 bool is_routed_expert(const std::string& name) {
-  static const std::regex re(R"(^(layers|mtp)\.\d+\.ffn\.experts\.\d+\.w[123]\..*$)");
-  return std::regex_match(name, re);
+  size_t i = 0;
+  auto lit = [&](const char* s) {
+    const size_t n = std::strlen(s);
+    if (name.compare(i, n, s) != 0) return false;
+    i += n;
+    return true;
+  };
+  auto digits = [&] {
+    const size_t b = i;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+    return i > b;
+  };
+  if (!lit("layers.") && !lit("mtp.")) return false;
+  if (!digits() || !lit(".ffn.experts.") || !digits() || !lit(".w")) return false;
+  if (i >= name.size() || name[i] < '1' || name[i] > '3') return false;
+  ++i;
+  return lit(".");
 }
 bool is_mtp(const std::string& name) { return name.rfind("mtp.", 0) == 0; }
 

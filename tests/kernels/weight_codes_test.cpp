@@ -3,9 +3,11 @@
 // finite encoding (all codes random_weights draws) passes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/random_weights.h"
 #include "kernels/weights.h"
@@ -37,6 +39,42 @@ TEST(WeightCodes, RandomWeightsPass) {
   }
   OwnedWeights w = random_weights(Format::fp8_block128, 130, 300, 4, Fp8ScaleType::f32);
   EXPECT_EQ(error_of(w.view, true), "");
+}
+
+// The word-at-a-time scan against the definition, byte by byte: every one of
+// the 256 codes in every scale is a NaN exactly when UE8M0 c == 0xFF / E4M3
+// (c & 0x7F) == 0x7F, and a single NaN is reported at its own index wherever
+// it sits relative to the 8-byte words and 4 KB blocks (one row of 8,205
+// scales: two blocks and a 13-byte tail).
+TEST(WeightCodes, ScanFindsEveryCodeAtEveryOffset) {
+  const int64_t n = 2 * 4096 + 13;
+  std::vector<uint8_t> scales(static_cast<size_t>(n)), data(static_cast<size_t>(n) * 16);
+  for (Format f : {Format::mxfp4, Format::nvfp4}) {
+    SCOPED_TRACE(format_name(f));
+    WeightView w;
+    w.format = f;
+    w.rows = 1;
+    w.cols = n * (f == Format::mxfp4 ? 32 : 16);
+    w.data = data.data();
+    w.scales = scales.data();
+    w.global_scale = 1.0f;
+    w.name = "t";
+    for (int c = 0; c < 256; ++c) {
+      std::fill(scales.begin(), scales.end(), uint8_t(c));
+      const bool nan = f == Format::mxfp4 ? c == 0xFF : (c & 0x7F) == 0x7F;
+      EXPECT_EQ(error_of(w).empty(), !nan) << "code " << c;
+    }
+    const uint8_t ok = 0x7E, bad = f == Format::mxfp4 ? 0xFF : 0x7F;
+    for (int64_t at : {int64_t(0), int64_t(7), int64_t(8), int64_t(4095), int64_t(4096), int64_t(4103),
+                       int64_t(8191), int64_t(8192), int64_t(8199), n - 1}) {
+      std::fill(scales.begin(), scales.end(), ok);
+      scales[size_t(at)] = bad;
+      EXPECT_NE(error_of(w).find("scale [0, " + std::to_string(at) + "]"), std::string::npos)
+          << at << ": " << error_of(w);
+      if (at + 1 < n) scales[size_t(at + 1)] = bad;  // the first of two is named
+      EXPECT_NE(error_of(w).find("scale [0, " + std::to_string(at) + "]"), std::string::npos) << at;
+    }
+  }
 }
 
 TEST(WeightCodes, Mxfp4NanScale) {

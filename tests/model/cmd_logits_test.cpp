@@ -37,8 +37,9 @@ TEST(CmdLogits, WritesTheOracleLogits) {
   std::vector<float> got(size_t(n * exp.vocab));
   std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(got.data()), std::streamsize(got.size() * 4));
   fs::remove(out);
-  test::Comparison c = test::compare_logits(got.data(), seq.logits.data(), n, exp.vocab, 1e-4);
-  EXPECT_LE(c.max_err, 1e-4);
+  // The oracle bound of deepseek_v4_hf_test.cpp (f32 rounding).
+  test::Comparison c = test::compare_logits(got.data(), seq.logits.data(), n, exp.vocab, 1e-5);
+  EXPECT_LE(c.max_err, 1e-5);
   EXPECT_EQ(c.argmax_mismatches, 0);
 }
 

@@ -3,6 +3,7 @@
 // the tensor / field; bad token ids fail without touching the state.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -35,6 +36,48 @@ std::string load_error(const std::string& path) {
 TEST(DeepseekV4Errors, UnmodifiedScratchCopyLoads) {
   ScratchModel m;
   EXPECT_EQ(load_error(m.path()), "");
+}
+
+// Scale codes that are NaN: the SIMD kernels widen them with bit moves and
+// would compute with a finite number, so binding refuses them, naming the
+// tensor and the element; LoadOptions::skip_weight_check loads anyway.
+TEST(DeepseekV4Errors, NanScaleCodesAreRefusedAtLoad) {
+  struct Case {
+    const char* fixture;
+    const char* tensor;    // the scale tensor patched
+    uint64_t offset;       // byte offset of the element patched
+    std::string code;      // the bytes written
+    std::string expected;  // the error's text
+  };
+  float nan = std::nanf("");
+  std::string nan_bytes(4, '\0');
+  std::memcpy(nan_bytes.data(), &nan, 4);
+  const Case cases[] = {
+      // [160, 3] UE8M0 scales: element [7, 2] is byte 7 * 3 + 2.
+      {"flash_tiny_stock", "layers.0.ffn.experts.1.w2.scale", 7 * 3 + 2, "\xff",
+       "tensor layers.0.ffn.experts.1.w2: MXFP4 scale [7, 2] is the UE8M0 NaN code 0xFF"},
+      // [1, 2] UE8M0 tile scales of an FP8 block-128 projection.
+      {"flash_tiny_stock", "layers.1.attn.wq_a.scale", 1, "\xff",
+       "tensor layers.1.attn.wq_a: FP8 tile scale [0, 1] is the UE8M0 NaN code 0xFF"},
+      // [96, 4] E4M3 scales: element [5, 3] is byte 5 * 4 + 3; 0x7F and 0xFF are NaN.
+      {"flash_tiny_nvfp4", "layers.0.ffn.experts.1.w2.weight_scale", 5 * 4 + 3, "\x7f",
+       "tensor layers.0.ffn.experts.1.w2: NVFP4 scale [5, 3] is an E4M3 NaN code (0x7F)"},
+      {"flash_tiny_nvfp4", "layers.0.ffn.experts.1.w2.weight_scale", 0, "\xff",
+       "tensor layers.0.ffn.experts.1.w2: NVFP4 scale [0, 0] is an E4M3 NaN code (0xFF)"},
+      {"flash_tiny_nvfp4", "layers.0.ffn.experts.1.w2.weight_scale_2", 0, nan_bytes,
+       "tensor layers.0.ffn.experts.1.w2: NVFP4 global scale nan is not a positive finite number"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    ScratchModel m(c.fixture);
+    EXPECT_EQ(load_error(m.path()), "");
+    m.patch_tensor(c.tensor, c.offset, c.code);
+    std::string err = load_error(m.path());
+    EXPECT_NE(err.find(c.expected), std::string::npos) << err;
+    LoadOptions skip = test::test_load_options();
+    skip.skip_weight_check = true;
+    EXPECT_NO_THROW(load_model(m.path(), skip));
+  }
 }
 
 TEST(DeepseekV4Errors, MissingTensorIsNamed) {

@@ -83,6 +83,30 @@ class ScratchModel {
     o.write(data.data(), std::streamsize(data.size()));
   }
 
+  // Overwrites bytes [offset, offset + bytes.size()) of tensor `name`'s data
+  // in place (a corrupted scale code, say).
+  void patch_tensor(const std::string& name, uint64_t offset, const std::string& bytes) const {
+    namespace fs = std::filesystem;
+    using nlohmann::json;
+    std::string shard = "model.safetensors";
+    const fs::path index_path = dir_ / "model.safetensors.index.json";
+    if (fs::exists(index_path)) {
+      std::ifstream in(index_path);
+      shard = json::parse(in).at("weight_map").at(name).get<std::string>();
+    }
+    std::fstream f(dir_ / shard, std::ios::binary | std::ios::in | std::ios::out);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(size_t(n), '\0');
+    f.read(header.data(), std::streamsize(n));
+    const json t = json::parse(header).at(name);
+    const auto begin = t.at("data_offsets")[0].get<uint64_t>(), end = t.at("data_offsets")[1].get<uint64_t>();
+    if (offset + bytes.size() > end - begin) throw std::runtime_error("patch beyond tensor " + name);
+    f.seekp(std::streamoff(8 + n + begin + offset));
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!f) throw std::runtime_error("cannot patch " + name + " in " + shard);
+  }
+
   nlohmann::json config;
 
  private:
