@@ -74,7 +74,7 @@ double as_number(const json& v, const std::string& name, double lo, double hi) {
 int64_t as_integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    if (u > uint64_t(hi)) bad_request(name, name, " must be in [", lo, ", ", hi, "], got ", u);
+    if (u > uint64_t(hi) || (lo > 0 && u < uint64_t(lo))) bad_request(name, name, " must be in [", lo, ", ", hi, "], got ", u);
     return int64_t(u);
   }
   if (!v.is_number_integer()) bad_request(name, name, " must be an integer, got ", type_name(v));
