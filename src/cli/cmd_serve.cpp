@@ -40,6 +40,7 @@ std::vector<OptionSpec> options() {
       {"--max-queue", "N", "requests waiting beyond those; more get 503 + Retry-After (default 64)"},
       {"-c,--ctx-size", "N", "tokens per sequence, prompt and reply (default: the model's)"},
       {"--alias", "NAME", "the model name /v1/models lists (default: the model folder's name)"},
+      {"--cache-tokens", "N", "prompt tokens kept for prefix reuse, LRU over all prompts; 0 = off (default 16384)"},
       {"--step-tokens", "N", "most tokens one engine step processes, decode and prefill chunks (default 256)"},
   };
   for (auto& spec : model_load_options()) o.push_back(spec);
@@ -75,6 +76,7 @@ int run_serve(const std::vector<std::string>& argv) {
   so.parallel = int(args.integer("--parallel", 4, 1, 1024));
   so.max_queue = int(args.integer("--max-queue", 64, 0, 100000));
   so.ctx_size = args.integer("--ctx-size", 0, 0, int64_t(1) << 40);
+  so.cache_tokens = args.integer("--cache-tokens", 16384, 0, int64_t(1) << 40);
   std::string alias = std::filesystem::path(dir).lexically_normal().filename().string();
   if (alias.empty()) alias = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
   so.model_id = args.str("--alias", alias.empty() ? "nibble" : alias);

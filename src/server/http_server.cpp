@@ -85,7 +85,7 @@ struct HttpServer::Impl {
   int64_t next_id = 0;
 
   Impl(Engine& e, ServerOptions o)
-      : engine(e), opt(std::move(o)), scheduler(e, opt.parallel, opt.max_queue) {
+      : engine(e), opt(std::move(o)), scheduler(e, opt.parallel, opt.max_queue, opt.cache_tokens) {
     ctx = engine.max_context();
     if (opt.ctx_size > 0) ctx = std::min(ctx, opt.ctx_size);
     routes();
@@ -139,8 +139,11 @@ struct HttpServer::Impl {
 
   // ---- generation ------------------------------------------------------------
 
-  json usage(int64_t prompt, int64_t completion) const {
-    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  static json usage(int64_t prompt, int64_t completion, int64_t cached) {
+    return {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   }
 
   // Runs a job to its end for a non-streamed reply.
@@ -166,7 +169,7 @@ struct HttpServer::Impl {
                {"created", unix_time()},
                {"model", opt.model_id},
                {"choices", json::array({choice})},
-               {"usage", usage(int64_t(job->params.prompt.size()), tokens)}});
+               {"usage", usage(int64_t(job->params.prompt.size()), tokens, job->cached_tokens())}});
   }
 
   // Streams a job as server-sent events, OpenAI's chunk shapes.
@@ -191,7 +194,7 @@ struct HttpServer::Impl {
     };
     res.set_chunked_content_provider(
         "text/event-stream",
-        [st, chunk, prompt_tokens, this](size_t, httplib::DataSink& sink) {
+        [st, chunk, prompt_tokens](size_t, httplib::DataSink& sink) {
           JobUpdate u;
           if (!st->job->wait(u, std::chrono::milliseconds(1000))) {
             // Nothing new (a long prefill, a full queue): an SSE comment
@@ -234,7 +237,7 @@ struct HttpServer::Impl {
               if (st->include_usage) {
                 json last = chunk(nullptr);
                 last["choices"] = json::array();
-                last["usage"] = usage(prompt_tokens, u.completion_tokens);
+                last["usage"] = usage(prompt_tokens, u.completion_tokens, st->job->cached_tokens());
                 out += sse(last);
               }
             }
@@ -395,6 +398,9 @@ struct HttpServer::Impl {
     metric("generation_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
     metric("steps_total", "counter", "Engine steps run.", s.steps);
     metric("requests_cancelled_total", "counter", "Generations cancelled (client gone, shutdown).", s.cancelled);
+    metric("prefix_cache_hits_total", "counter", "Requests that started from a kept prompt state.", s.cache_hits);
+    metric("prefix_cache_entries", "gauge", "Prompt states kept for reuse.", s.cache_entries);
+    metric("prefix_cache_tokens", "gauge", "Prompt tokens those states hold.", s.cache_tokens);
     out += "# HELP nibble:requests_total HTTP requests answered, by status.\n# TYPE nibble:requests_total counter\n";
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [status, n] : by_status)

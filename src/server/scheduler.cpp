@@ -40,9 +40,9 @@ void Job::publish(const std::string& text, int64_t tokens, const char* finish, c
 
 // ---- Scheduler --------------------------------------------------------------
 
-Scheduler::Scheduler(Engine& engine, int parallel, int max_queue)
+Scheduler::Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens)
     : engine_(engine), parallel_(size_t(std::max(1, parallel))), max_queue_(size_t(std::max(0, max_queue))),
-      eos_(engine.eos_token_ids()) {
+      cache_limit_(std::max<int64_t>(0, cache_tokens)), eos_(engine.eos_token_ids()) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -110,7 +110,25 @@ bool Scheduler::admit(std::vector<std::shared_ptr<Job>>& running) {
 }
 
 void Scheduler::start(Job& job) {
-  job.seq_ = engine_.create();
+  // The longest kept prompt that is a proper prefix of this one (one token
+  // at least must still be fed, for the logits to sample from).
+  const auto& prompt = job.params.prompt;
+  auto best = cache_.end();
+  for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+    if (it->tokens.size() < prompt.size() && (best == cache_.end() || it->tokens.size() > best->tokens.size()) &&
+        std::equal(it->tokens.begin(), it->tokens.end(), prompt.begin()))
+      best = it;
+  }
+  if (best != cache_.end()) {
+    cache_.splice(cache_.begin(), cache_, best);
+    job.seq_ = engine_.fork(best->seq);
+    job.fed_ = best->tokens.size();
+    job.cached_tokens_.store(int64_t(job.fed_));
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.cache_hits;
+  } else {
+    job.seq_ = engine_.create();
+  }
   job.text_ = std::make_unique<TextStream>(
       [this](std::span<const int32_t> ids) { return engine_.detokenize(ids); }, job.params.stop);
 }
@@ -128,6 +146,35 @@ void Scheduler::finish(Job& job, const char* reason, const std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.finished;
   if (std::string(reason) == "cancelled") ++stats_.cancelled;
+}
+
+// Keeps a fork of a job whose prompt was just fed, evicting the least
+// recently used entries past the bound.
+void Scheduler::remember_prompt(const Job& job) {
+  const auto& prompt = job.params.prompt;
+  if (cache_limit_ == 0 || int64_t(prompt.size()) > cache_limit_) return;
+  for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+    if (it->tokens == prompt) {
+      cache_.splice(cache_.begin(), cache_, it);
+      return;
+    }
+  }
+  cache_.push_front({prompt, engine_.fork(job.seq_)});
+  cache_held_ += int64_t(prompt.size());
+  while (cache_held_ > cache_limit_ || cache_.size() > kMaxCacheEntries) {
+    cache_held_ -= int64_t(cache_.back().tokens.size());
+    engine_.release(cache_.back().seq);
+    cache_.pop_back();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.cache_entries = int64_t(cache_.size());
+  stats_.cache_tokens = cache_held_;
+}
+
+void Scheduler::clear_cache() {
+  for (auto& c : cache_) engine_.release(c.seq);
+  cache_.clear();
+  cache_held_ = 0;
 }
 
 // One sampled token: send its text, or end the job.
@@ -162,7 +209,10 @@ void Scheduler::loop() {
       }
     }
     std::erase(running, nullptr);
-    if (!go_on) return;
+    if (!go_on) {
+      clear_cache();
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.running = int64_t(running.size());
@@ -206,7 +256,10 @@ void Scheduler::loop() {
     int64_t sampled = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       Job& job = *owners[i];
-      if (job.fed_ < job.params.prompt.size()) job.fed_ += batch[i].tokens.size();
+      if (job.fed_ < job.params.prompt.size()) {
+        job.fed_ += batch[i].tokens.size();
+        if (job.fed_ == job.params.prompt.size()) remember_prompt(job);
+      }
       if (logits[i].empty()) continue;
       const int32_t token = engine_.sample(job.seq_, logits[i].data(), job.params.sampling);
       ++sampled;

@@ -15,6 +15,12 @@
 // request), so a job's tokens do not depend on what else is running; with
 // step()'s bit-identical logits a greedy reply is the same alone or batched.
 //
+// Prefix reuse: when a job's prompt is fully fed, a fork of its sequence is
+// kept (LRU, at most `cache_tokens` prompt tokens over all entries). A later
+// job whose prompt extends a kept one (the next chat turn, a shared system
+// prompt) starts from a fork of it and prefills only the rest. Forked
+// states continue bit-identically to a fresh prefill (docs/sequences.md).
+//
 // A job ends at a model end-of-sequence token (finish "stop"), a stop
 // string ("stop"), its token budget or the context's end ("length"),
 // cancel() (a client gone: at the next step), or shutdown(). Its sequence is
@@ -26,6 +32,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,6 +71,8 @@ class Job {
   // Ends the job at the scheduler's next step (idempotent, any thread).
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
+  // Prompt tokens taken from the prefix cache (set when the job starts).
+  int64_t cached_tokens() const { return cached_tokens_.load(); }
 
   const JobParams params;
   const std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
@@ -79,6 +88,7 @@ class Job {
   bool done_ = false, done_read_ = false, news_ = false;
   std::string finish_, error_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<int64_t> cached_tokens_{0};
 
   // The scheduler thread's own fields (never touched by HTTP threads).
   SeqId seq_ = -1;
@@ -93,11 +103,12 @@ struct SchedulerStats {
   int64_t steps = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;  // processed since start
   int64_t finished = 0, cancelled = 0;
+  int64_t cache_hits = 0, cache_entries = 0, cache_tokens = 0;
 };
 
 class Scheduler {
  public:
-  Scheduler(Engine& engine, int parallel, int max_queue);
+  Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -115,9 +126,21 @@ class Scheduler {
   void start(Job& job);
   void finish(Job& job, const char* reason, const std::string& error = "");
   void on_token(Job& job, int32_t token);
+  void remember_prompt(const Job& job);
+  void clear_cache();
+
+  // A prompt's state kept for reuse; the list is most recently used first.
+  struct CachedPrompt {
+    std::vector<int32_t> tokens;
+    SeqId seq = -1;
+  };
 
   Engine& engine_;
   const size_t parallel_, max_queue_;
+  const int64_t cache_limit_;           // prompt tokens over all entries; 0 = off
+  static constexpr size_t kMaxCacheEntries = 64;
+  std::list<CachedPrompt> cache_;       // scheduler thread only
+  int64_t cache_held_ = 0;
   std::vector<int64_t> eos_;
 
   mutable std::mutex mu_;

@@ -231,6 +231,28 @@ TEST_F(Serve, ClientMistakesAre4xxInOpenAIsEnvelope) {
   EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt":"x","max_tokens":2})").status, 200);
 }
 
+// A prompt that extends an earlier one starts from its kept state, and the
+// reply is the one a server without the cache gives.
+TEST(ServePrefixCache, ExtendedPromptReusesTheStateWithTheSameReply) {
+  ServerProcess cached;
+  ServerProcess plain({"--cache-tokens", "0"});
+  const json head = json::parse(http_post(cached.port(), "/tokenize",
+                                          R"({"content":"The king said","add_special":true})").body)["tokens"];
+  json more = json::parse(http_post(cached.port(), "/tokenize", R"({"content":" and the queen"})").body)["tokens"];
+  json longer = head;
+  for (const auto& id : more) longer.push_back(id);
+  const json first = {{"prompt", head}, {"max_tokens", 4}, {"temperature", 0}};
+  ASSERT_EQ(http_post(cached.port(), "/v1/completions", first.dump()).status, 200);
+  const json second = {{"prompt", longer}, {"max_tokens", 24}, {"temperature", 0}};
+  const json a = json::parse(http_post(cached.port(), "/v1/completions", second.dump()).body);
+  const json b = json::parse(http_post(plain.port(), "/v1/completions", second.dump()).body);
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], head.size());
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(metric(cached.port(), "prefix_cache_hits_total"), 1);
+  EXPECT_EQ(metric(plain.port(), "prefix_cache_entries"), 0);
+}
+
 TEST(ServeLimits, PromptLongerThanTheContextIs400NamingBothLengths) {
   ServerProcess s({"--ctx-size", "16"});
   std::string prompt;
@@ -279,7 +301,10 @@ TEST(ServeLimits, FullQueueIs503WithRetryAfter) {
   hang_up = true;
   a.join();
   b.join();
-  EXPECT_TRUE(eventually([&] { return metric(s.port(), "live_sequences") == 0; }));
+  EXPECT_TRUE(eventually([&] {
+    return metric(s.port(), "live_sequences") == metric(s.port(), "prefix_cache_entries");
+  }));
+  EXPECT_EQ(metric(s.port(), "requests_running"), 0);
 }
 
 TEST(ServeLimits, DisconnectFreesTheSlot) {
@@ -287,7 +312,10 @@ TEST(ServeLimits, DisconnectFreesTheSlot) {
   int chunks = 0;
   http_stream(s.port(), "/v1/completions", kEndless.dump(), [&](const std::string&) { return ++chunks < 3; });
   EXPECT_EQ(chunks, 3);
-  ASSERT_TRUE(eventually([&] { return metric(s.port(), "live_sequences") == 0; }));
+  // Only the kept prompt state remains.
+  ASSERT_TRUE(eventually([&] {
+    return metric(s.port(), "live_sequences") == metric(s.port(), "prefix_cache_entries");
+  }));
   EXPECT_EQ(metric(s.port(), "requests_cancelled_total"), 1);
   EXPECT_EQ(metric(s.port(), "requests_running"), 0);
   // The one slot serves the next request.
