@@ -53,7 +53,7 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
                ("nibble_serve_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log"))
                   .string();
   std::vector<std::string> args = {NIBBLE_BINARY, "serve", std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny",
-                                   "--port", "0", "-t", "2"};
+                                   "--port", "0", "-t", "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

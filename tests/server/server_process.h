@@ -14,7 +14,9 @@ namespace nibble::testing {
 
 class ServerProcess {
  public:
-  // Starts NIBBLE_BINARY serve MODELS/dsv4-tiny --port 0 -t 2 `extra`; waits
+  // Starts NIBBLE_BINARY serve MODELS/dsv4-tiny --port 0 -t 1 `extra` (one
+  // thread: the tests run beside others, and spinning workers on a shared
+  // machine cost far more than they give on this tiny model); waits
   // (bounded) for it to listen. Fails the test (throws) if it does not.
   explicit ServerProcess(const std::vector<std::string>& extra = {});
   ~ServerProcess();

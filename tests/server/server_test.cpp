@@ -196,7 +196,9 @@ TEST_F(Serve, GreedyReplyIsBatchInvariantEndToEnd) {
   for (const auto& t : batched) EXPECT_EQ(t, alone_text);
 
   // Engine alone, the way `nibble run` decodes: BOS + the prompt, greedy.
-  auto engine = Engine::load(kModel);
+  EngineOptions eo;
+  eo.threads = 1;  // as the server under test runs
+  auto engine = Engine::load(kModel, eo);
   std::vector<int32_t> prompt = {int32_t(engine->bos_token_id())};
   for (int32_t id : engine->tokenize("The king said")) prompt.push_back(id);
   GenerationParams gp;
