@@ -205,7 +205,14 @@ void Scheduler::loop() {
         finish(*job, "cancelled");
         job.reset();
       } else if (job->seq_ < 0) {
-        start(*job);
+        // An engine failure here (out of memory for a fork) ends this job
+        // with a 500, not the scheduler thread.
+        try {
+          start(*job);
+        } catch (const std::exception& e) {
+          finish(*job, "error", e.what());
+          job.reset();
+        }
       }
     }
     std::erase(running, nullptr);
@@ -256,14 +263,18 @@ void Scheduler::loop() {
     int64_t sampled = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       Job& job = *owners[i];
-      if (job.fed_ < job.params.prompt.size()) {
-        job.fed_ += batch[i].tokens.size();
-        if (job.fed_ == job.params.prompt.size()) remember_prompt(job);
+      try {
+        if (job.fed_ < job.params.prompt.size()) {
+          job.fed_ += batch[i].tokens.size();
+          if (job.fed_ == job.params.prompt.size()) remember_prompt(job);
+        }
+        if (logits[i].empty()) continue;
+        const int32_t token = engine_.sample(job.seq_, logits[i].data(), job.params.sampling);
+        ++sampled;
+        on_token(job, token);
+      } catch (const std::exception& e) {
+        finish(job, "error", e.what());
       }
-      if (logits[i].empty()) continue;
-      const int32_t token = engine_.sample(job.seq_, logits[i].data(), job.params.sampling);
-      ++sampled;
-      on_token(job, token);
     }
     std::erase_if(running, [](const auto& j) { return j->seq_ < 0; });
     std::lock_guard<std::mutex> lock(mu_);
