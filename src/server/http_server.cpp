@@ -1,0 +1,438 @@
+// Routes, SSE streaming, authentication, the error envelope and the request
+// log line. Every handler runs inside `guarded()`, which turns ApiError into
+// its status and anything else into a 500 (the server's own failure).
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "server/api_error.h"
+#include "server/request.h"
+#include "server/scheduler.h"
+#include "tokenizer/chat_dsv4.h"
+#include "util/error.h"
+
+namespace nibble::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// What the log line of the request on this connection thread reports. A
+// request is handled start to end (routing, handler, streaming, logger) on
+// one httplib thread, so a thread-local record needs no locking.
+struct RequestLog {
+  bool started = false;
+  Clock::time_point start;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+thread_local RequestLog tl_log;
+
+// Text from the model may hold broken UTF-8 (a reply cut inside a
+// character); it is sent with U+FFFD rather than failing the dump.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(dump(j), "application/json");
+}
+
+json error_body(int status, const std::string& type, const std::string& message, const std::string& param,
+                const std::string& code) {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(status) : json(code)}}}};
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  send_json(res, e.status, error_body(e.status, e.type, e.what(), e.param, e.code));
+  if (e.status == 503) res.set_header("Retry-After", "1");
+}
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned diff = unsigned(a.size() ^ b.size());
+  for (size_t i = 0; i < a.size(); ++i) diff |= unsigned(uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+int64_t unix_time() { return int64_t(std::time(nullptr)); }
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Engine& engine;
+  ServerOptions opt;
+  int64_t ctx = 0;
+  int64_t created = unix_time();
+  Scheduler scheduler;
+  httplib::Server http;
+  int bound_port = -1;
+
+  std::mutex mu;                       // guards what follows
+  std::mt19937_64 seeds{std::random_device{}()};
+  std::map<int, int64_t> by_status;    // requests answered, for /metrics
+  int64_t next_id = 0;
+
+  Impl(Engine& e, ServerOptions o)
+      : engine(e), opt(std::move(o)), scheduler(e, opt.parallel, opt.max_queue, opt.cache_tokens) {
+    ctx = engine.max_context();
+    if (opt.ctx_size > 0) ctx = std::min(ctx, opt.ctx_size);
+    routes();
+  }
+
+  // ---- plumbing --------------------------------------------------------------
+
+  template <class F>
+  httplib::Server::Handler guarded(F f) {
+    return [this, f](const httplib::Request& req, httplib::Response& res) {
+      try {
+        f(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const std::exception& e) {
+        send_json(res, 500, error_body(500, "server_error", e.what(), "", ""));
+      }
+    };
+  }
+
+  std::string request_id(const char* prefix) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::string(prefix) + std::to_string(created) + "-" + std::to_string(next_id++);
+  }
+
+  void check_model(const std::string& model) const {
+    if (!model.empty() && model != opt.model_id)
+      throw ApiError(404, "not_found_error", "the model `" + model + "` does not exist (this server serves `" +
+                                                 opt.model_id + "`)",
+                     "model", "model_not_found");
+  }
+
+  // The job for a prompt: the context checked, the budget capped to it, a
+  // seed drawn when the client gave none.
+  JobParams job_params(const GenerationRequest& r, std::vector<int32_t> prompt) {
+    const int64_t n = int64_t(prompt.size());
+    if (n >= ctx)
+      bad_request(r.messages.empty() ? "prompt" : "messages", "the prompt is ", n,
+                  " tokens, but the context holds ", ctx, " (at least one token must be left to generate)");
+    JobParams p;
+    p.prompt = std::move(prompt);
+    p.max_tokens = std::min(r.max_tokens.value_or(ctx - n), ctx - n);
+    p.sampling = r.sampling;
+    if (!r.seed_given) {
+      std::lock_guard<std::mutex> lock(mu);
+      p.sampling.seed = seeds();
+    }
+    p.stop = r.stop;
+    return p;
+  }
+
+  // ---- generation ------------------------------------------------------------
+
+  static json usage(int64_t prompt, int64_t completion, int64_t cached) {
+    return {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  }
+
+  // Runs a job to its end for a non-streamed reply.
+  void answer_whole(httplib::Response& res, const std::shared_ptr<Job>& job, bool chat, const std::string& id) {
+    std::string text;
+    JobUpdate u;
+    int64_t tokens = 0;
+    for (;;) {
+      if (!job->wait(u, std::chrono::milliseconds(1000))) continue;
+      text += u.text;
+      tokens = u.completion_tokens;
+      if (u.done) break;
+    }
+    tl_log.completion_tokens = tokens;
+    if (u.finish_reason == "cancelled") throw ApiError(503, "unavailable_error", "the server is shutting down");
+    if (u.finish_reason == "error") throw std::runtime_error(u.error);
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
+    if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else choice["text"] = text;
+    send_json(res, 200,
+              {{"id", id},
+               {"object", chat ? "chat.completion" : "text_completion"},
+               {"created", unix_time()},
+               {"model", opt.model_id},
+               {"choices", json::array({choice})},
+               {"usage", usage(int64_t(job->params.prompt.size()), tokens, job->cached_tokens())}});
+  }
+
+  // Streams a job as server-sent events, OpenAI's chunk shapes.
+  void answer_stream(httplib::Response& res, std::shared_ptr<Job> job, bool chat, const std::string& id,
+                     bool include_usage) {
+    struct Stream {
+      std::shared_ptr<Job> job;
+      bool chat, include_usage, role_sent = false;
+      std::string id, model;
+      int64_t created;
+    };
+    auto st = std::make_shared<Stream>(Stream{std::move(job), chat, include_usage, false, id, opt.model_id, unix_time()});
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");  // proxies must not buffer the stream
+    const int64_t prompt_tokens = int64_t(st->job->params.prompt.size());
+    auto chunk = [st](json choice) {
+      return json{{"id", st->id},
+                  {"object", st->chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", st->created},
+                  {"model", st->model},
+                  {"choices", json::array({std::move(choice)})}};
+    };
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [st, chunk, prompt_tokens](size_t, httplib::DataSink& sink) {
+          JobUpdate u;
+          if (!st->job->wait(u, std::chrono::milliseconds(1000))) {
+            // Nothing new (a long prefill, a full queue): an SSE comment
+            // keeps the connection alive, and failing to write it is how a
+            // vanished client is noticed.
+            static constexpr char kPing[] = ": keep-alive\n\n";
+            if (!sink.write(kPing, sizeof kPing - 1)) {
+              st->job->cancel();
+              return false;
+            }
+            return true;
+          }
+          std::string out;
+          // The role comes with the first token, not at accept time, so
+          // time-to-first-token means what load generators assume.
+          if (st->chat && !st->role_sent && (u.completion_tokens > 0 || u.done)) {
+            out += sse(chunk({{"index", 0},
+                              {"delta", {{"role", "assistant"}, {"content", ""}}},
+                              {"logprobs", nullptr},
+                              {"finish_reason", nullptr}}));
+            st->role_sent = true;
+          }
+          if (!u.text.empty()) {
+            json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+            if (st->chat) c["delta"] = {{"content", u.text}};
+            else c["text"] = u.text;
+            out += sse(chunk(c));
+          }
+          if (u.done) {
+            if (u.finish_reason == "cancelled" || u.finish_reason == "error") {
+              const bool down = u.finish_reason == "cancelled";
+              out += sse(error_body(down ? 503 : 500, down ? "unavailable_error" : "server_error",
+                                    down ? "the request was cancelled (the server is shutting down)" : u.error, "",
+                                    ""));
+            } else {
+              json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
+              if (st->chat) c["delta"] = json::object();
+              else c["text"] = "";
+              out += sse(chunk(c));
+              if (st->include_usage) {
+                json last = chunk(nullptr);
+                last["choices"] = json::array();
+                last["usage"] = usage(prompt_tokens, u.completion_tokens, st->job->cached_tokens());
+                out += sse(last);
+              }
+            }
+            out += "data: [DONE]\n\n";
+          }
+          if (!out.empty() && !sink.write(out.data(), out.size())) {
+            st->job->cancel();
+            return false;
+          }
+          if (u.done) {
+            tl_log.completion_tokens = u.completion_tokens;
+            sink.done();
+          }
+          return true;
+        },
+        [st](bool) { st->job->cancel(); });  // a no-op once the job is done
+  }
+
+  void generate(const httplib::Request&, httplib::Response& res, GenerationRequest r, std::vector<int32_t> prompt,
+                bool chat) {
+    check_model(r.model);
+    tl_log.prompt_tokens = int64_t(prompt.size());
+    JobParams p = job_params(r, std::move(prompt));
+    auto job = scheduler.submit(std::move(p));
+    const std::string id = request_id(chat ? "chatcmpl-" : "cmpl-");
+    if (r.stream) answer_stream(res, std::move(job), chat, id, r.include_usage);
+    else answer_whole(res, job, chat, id);
+  }
+
+  // ---- routes ----------------------------------------------------------------
+
+  void routes() {
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"status", "ok"}});
+    });
+    http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"object", "list"}, {"data", json::array({model_json()})}});
+    }));
+    http.Get(R"(/v1/models/(.+))", guarded([this](const httplib::Request& req, httplib::Response& res) {
+      const std::string id = req.matches[1];
+      if (id != opt.model_id) check_model(id);
+      send_json(res, 200, model_json());
+    }));
+    http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics(), "text/plain; version=0.0.4");
+    }));
+    http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+      GenerationRequest r = parse_completion_request(req.body, engine.vocab_size());
+      std::vector<int32_t> prompt;
+      if (r.prompt_is_ids) {
+        prompt = r.prompt_ids;
+      } else {
+        // Raw text after BOS, as `nibble run` feeds it.
+        if (engine.bos_token_id() >= 0) prompt.push_back(int32_t(engine.bos_token_id()));
+        const auto ids = engine.tokenize(r.prompt_text, /*allow_special=*/true);
+        prompt.insert(prompt.end(), ids.begin(), ids.end());
+      }
+      generate(req, res, std::move(r), std::move(prompt), false);
+    }));
+    http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+      GenerationRequest r = parse_chat_request(req.body);
+      std::string text;
+      try {
+        ChatEncodeOptions co;
+        co.mode = ThinkingMode::Chat;
+        text = encode_dsv4_chat(r.messages, co);
+      } catch (const Error& e) {
+        bad_request("messages", e.what());  // the encoding refused the conversation
+      }
+      generate(req, res, std::move(r), engine.tokenize(text, /*allow_special=*/true), true);
+    }));
+    http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+      const TokenizeRequest r = parse_tokenize_request(req.body);
+      check_model(r.model);
+      std::vector<int32_t> ids;
+      if (r.add_special && engine.bos_token_id() >= 0) ids.push_back(int32_t(engine.bos_token_id()));
+      const auto t = engine.tokenize(r.content, /*allow_special=*/true);
+      ids.insert(ids.end(), t.begin(), t.end());
+      send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx}});
+    }));
+    http.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+      const DetokenizeRequest r = parse_detokenize_request(req.body, engine.vocab_size());
+      check_model(r.model);
+      const std::string text = engine.detokenize(r.tokens);
+      send_json(res, 200, {{"prompt", text}, {"content", text}});  // vLLM's and llama-server's names
+    }));
+
+    // Authentication before routing; /health stays open for probes.
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      tl_log = RequestLog{true, Clock::now(), 0, 0};
+      if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      std::string given = req.get_header_value("X-Api-Key");
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
+      if (!given.empty() && constant_time_equal(given, opt.api_key))
+        return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, ApiError(401, "authentication_error",
+                               given.empty() ? "missing API key (Authorization: Bearer KEY or X-Api-Key: KEY)"
+                                             : "invalid API key",
+                               "", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Statuses httplib sets itself (no route, body too large, bad request
+    // line) get the same envelope as ours.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      if (res.status == 404)
+        send_error(res, ApiError(404, "not_found_error", "no route " + req.method + " " + req.path, "", "not_found"));
+      else if (res.status == 413)
+        send_error(res, ApiError(413, "invalid_request_error",
+                                 "the request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes",
+                                 "", "request_too_large"));
+      else
+        send_error(res, ApiError(res.status, "invalid_request_error", "malformed HTTP request"));
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      char ms[32] = "-";
+      if (tl_log.started)
+        std::snprintf(ms, sizeof ms, "%.1f",
+                      std::chrono::duration<double, std::milli>(Clock::now() - tl_log.start).count());
+      std::fprintf(stderr, "%s %s %d prompt=%lld gen=%lld %s ms\n", req.method.c_str(), req.path.c_str(), res.status,
+                   (long long)tl_log.prompt_tokens, (long long)tl_log.completion_tokens, ms);
+      tl_log = RequestLog{};
+      std::lock_guard<std::mutex> lock(mu);
+      ++by_status[res.status];
+    });
+
+    // One thread per connection, held for its keep-alive life (httplib's
+    // model): enough for every running and queued stream plus 32 more for
+    // probes and idle keep-alive connections, so /health is always served.
+    const size_t threads = std::max<size_t>(96, size_t(opt.parallel + opt.max_queue + 32));
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_payload_max_length(opt.max_body_bytes);
+    http.set_keep_alive_max_count(100);
+    http.set_keep_alive_timeout(5);
+    http.set_read_timeout(30);
+    http.set_write_timeout(10);  // a client that stops reading is dropped, its job cancelled
+  }
+
+  json model_json() const {
+    return {{"id", opt.model_id}, {"object", "model"}, {"created", created}, {"owned_by", "nibble"},
+            {"max_model_len", ctx}};
+  }
+
+  std::string metrics() {
+    const SchedulerStats s = scheduler.stats();
+    std::string out;
+    auto metric = [&out](const char* name, const char* type, const char* help, int64_t v) {
+      out += std::string("# HELP nibble:") + name + " " + help + "\n# TYPE nibble:" + name + " " + type + "\nnibble:" +
+             name + " " + std::to_string(v) + "\n";
+    };
+    metric("requests_running", "gauge", "Requests holding a sequence.", s.running);
+    metric("requests_waiting", "gauge", "Requests queued for a sequence.", s.waiting);
+    metric("live_sequences", "gauge", "Sequences the engine holds.", int64_t(engine.live_sequences()));
+    metric("prompt_tokens_total", "counter", "Prompt tokens prefilled.", s.prompt_tokens);
+    metric("generation_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
+    metric("steps_total", "counter", "Engine steps run.", s.steps);
+    metric("requests_cancelled_total", "counter", "Generations cancelled (client gone, shutdown).", s.cancelled);
+    metric("prefix_cache_hits_total", "counter", "Requests that started from a kept prompt state.", s.cache_hits);
+    metric("prefix_cache_entries", "gauge", "Prompt states kept for reuse.", s.cache_entries);
+    metric("prefix_cache_tokens", "gauge", "Prompt tokens those states hold.", s.cache_tokens);
+    out += "# HELP nibble:requests_total HTTP requests answered, by status.\n# TYPE nibble:requests_total counter\n";
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [status, n] : by_status)
+      out += "nibble:requests_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+    return out;
+  }
+};
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options) : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
+
+HttpServer::~HttpServer() {
+  stop();
+}
+
+void HttpServer::bind() {
+  Impl& s = *impl_;
+  if (s.opt.port == 0) {
+    s.bound_port = s.http.bind_to_any_port(s.opt.host);
+  } else if (s.http.bind_to_port(s.opt.host, s.opt.port)) {
+    s.bound_port = s.opt.port;
+  }
+  if (s.bound_port <= 0) fail("cannot listen on ", s.opt.host, ":", s.opt.port, " (in use, or not an address here)");
+}
+
+int HttpServer::port() const { return impl_->bound_port; }
+
+void HttpServer::serve() { impl_->http.listen_after_bind(); }
+
+void HttpServer::stop() {
+  // Stop accepting first, then cancel: streams see their jobs end and close.
+  impl_->http.stop();
+  impl_->scheduler.shutdown();
+}
+
+}  // namespace nibble::server

@@ -1,0 +1,155 @@
+// Continuous batching over Engine::step. One scheduler thread owns every
+// step() call; HTTP threads only submit jobs and read their output, so a
+// slow or vanished client never holds up the batch.
+//
+// Each step takes, in this order:
+//  1. the next decode token of every running job (one token each);
+//  2. prefill chunks of the jobs still reading their prompt, in arrival
+//     order, while the step has room under Engine::step_token_budget().
+// So a new request joins the running batch at the next step, and a long
+// prompt is spread over several steps instead of stalling running streams
+// for its whole prefill. At most `parallel` jobs hold a sequence; at most
+// `max_queue` more wait for one (then submit() refuses with 503).
+//
+// Sampling is per job (Engine::sample on its own sequence, seeded by the
+// request), so a job's tokens do not depend on what else is running; with
+// step()'s bit-identical logits a greedy reply is the same alone or batched.
+//
+// Prefix reuse: when a job's prompt is fully fed, a fork of its sequence is
+// kept (LRU, at most `cache_tokens` prompt tokens over all entries). A later
+// job whose prompt extends a kept one (the next chat turn, a shared system
+// prompt) starts from a fork of it and prefills only the rest. Forked
+// states continue bit-identically to a fresh prefill (docs/sequences.md).
+//
+// A job ends at a model end-of-sequence token (finish "stop"), a stop
+// string ("stop"), its token budget or the context's end ("length"),
+// cancel() (a client gone: at the next step), or shutdown(). Its sequence is
+// released at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nibble/engine.h"
+#include "server/text_stream.h"
+
+namespace nibble::server {
+
+struct JobParams {
+  std::vector<int32_t> prompt;         // fed from position 0; not empty
+  int64_t max_tokens = 16;             // already capped to the context
+  SamplingParams sampling;
+  std::vector<std::string> stop;       // stop strings
+};
+
+// What an HTTP thread reads of a job.
+struct JobUpdate {
+  std::string text;                    // new text since the last update
+  int64_t completion_tokens = 0;       // generated so far
+  bool done = false;
+  std::string finish_reason;           // when done: "stop", "length", "cancelled" or "error"
+  std::string error;                   // finish "error": why
+};
+
+// One request's generation. Shared by the scheduler thread (which writes
+// output under `mu_`) and the HTTP thread (which reads it, or cancels).
+class Job {
+ public:
+  explicit Job(JobParams params) : params(std::move(params)) {}
+
+  // Waits up to `timeout` for new output; false when nothing came.
+  bool wait(JobUpdate& out, std::chrono::milliseconds timeout);
+  // Ends the job at the scheduler's next step (idempotent, any thread).
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  // Prompt tokens taken from the prefix cache (set when the job starts).
+  int64_t cached_tokens() const { return cached_tokens_.load(); }
+
+  const JobParams params;
+  const std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+
+ private:
+  friend class Scheduler;
+  void publish(const std::string& text, int64_t tokens, const char* finish, const std::string& error = "");
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string pending_;                // text not yet read by wait()
+  int64_t tokens_ = 0;
+  bool done_ = false, done_read_ = false, news_ = false;
+  std::string finish_, error_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<int64_t> cached_tokens_{0};
+
+  // The scheduler thread's own fields (never touched by HTTP threads).
+  SeqId seq_ = -1;
+  size_t fed_ = 0;                     // prompt tokens fed
+  int32_t next_token_ = 0;             // sampled, to be fed by the next decode step
+  int64_t generated_ = 0;
+  std::unique_ptr<TextStream> text_;
+};
+
+struct SchedulerStats {
+  int64_t running = 0, waiting = 0;
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;  // processed since start
+  int64_t finished = 0, cancelled = 0;
+  int64_t cache_hits = 0, cache_entries = 0, cache_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a job. Throws ApiError 503 when the queue is full or the server
+  // is shutting down.
+  std::shared_ptr<Job> submit(JobParams params);
+  // Cancels everything (running and waiting) and joins the thread.
+  void shutdown();
+  SchedulerStats stats() const;
+
+ private:
+  void loop();
+  bool admit(std::vector<std::shared_ptr<Job>>& running);  // false: shut down
+  void start(Job& job);
+  void finish(Job& job, const char* reason, const std::string& error = "");
+  void on_token(Job& job, int32_t token);
+  void remember_prompt(const Job& job);
+  void clear_cache();
+
+  // A prompt's state kept for reuse; the list is most recently used first.
+  struct CachedPrompt {
+    std::vector<int32_t> tokens;
+    SeqId seq = -1;
+  };
+
+  Engine& engine_;
+  const size_t parallel_, max_queue_;
+  const int64_t cache_limit_;           // prompt tokens over all entries; 0 = off
+  static constexpr size_t kMaxCacheEntries = 64;
+  std::list<CachedPrompt> cache_;       // scheduler thread only
+  int64_t cache_held_ = 0;
+  std::vector<int64_t> eos_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> waiting_;
+  bool stopping_ = false;
+  SchedulerStats stats_;
+
+  std::thread thread_;
+};
+
+}  // namespace nibble::server
