@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -13,6 +14,7 @@
 #include "cli/interrupt.h"
 #include "cli/load_flags.h"
 #include "cli/usage_error.h"
+#include "convert/progress.h"
 #include "model/registry.h"
 #include "runtime/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
@@ -55,13 +57,23 @@ std::vector<OptionSpec> text_generation_options() {
   return o;
 }
 
+// Models smaller than this load too fast for a progress bar to help.
+constexpr uint64_t kProgressMinBytes = uint64_t(1) << 30;
+
 TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
   TextModel tm;
   tm.dir = model_dir_arg(args, /*shipped_default=*/true, usage);
-  const LoadOptions opt = load_options(args);
+  LoadOptions opt = load_options(args);
+  // A bar on a terminal while a large model binds and checks its weights
+  // (seconds for a full-size checkpoint); nothing for small ones or in logs.
+  ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
+  opt.on_progress = [&bar](uint64_t done, uint64_t total) {
+    if (total >= kProgressMinBytes) bar.update("load", done, total);
+  };
   const int64_t ctx_flag = args.integer("--ctx-size", 0, 1, int64_t(1) << 40);
   const auto t0 = std::chrono::steady_clock::now();
   tm.model = load_model(tm.dir, opt);
+  bar.finish();
   const std::string tok_path = tm.dir + "/tokenizer.json";
   if (!fs::exists(tok_path)) fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble logits` does not)");
   tm.tokenizer = Tokenizer::from_file(tok_path);

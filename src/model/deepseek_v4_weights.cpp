@@ -1,5 +1,6 @@
 #include "model/deepseek_v4_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@ class Binder {
          const LoadOptions& options)
       : ck_(ck), plan_(plan), cfg_(cfg), options_(options) {
     for (const auto& t : det.tensors) by_name_[t.name] = &t;
+    for (const auto& g : plan.groups) total_bytes_ += g.bytes;
   }
 
   // Detection names a tensor "X.weight" by its base "X"; other tensors by their full name.
@@ -58,6 +60,10 @@ class Binder {
       fail(ck_.path(), ": tensor ", base, ".weight has logical shape ", shape_str({t->rows, t->cols}),
            " but config.json implies ", shape_str({rows, cols}), " (", why, ")");
     if (!options_.skip_weight_check) check_weight_codes(weight_view(*t));
+    if (options_.on_progress) {
+      bound_bytes_ += t->bytes;
+      options_.on_progress(std::min(bound_bytes_, total_bytes_), total_bytes_);
+    }
     return *t;
   }
 
@@ -200,6 +206,15 @@ class Binder {
   const DeepseekV4Config& cfg_;
   const LoadOptions& options_;
   std::map<std::string, const DetectedTensor*> by_name_;
+  uint64_t total_bytes_ = 0;          // every group's stored bytes (the plan's)
+ public:
+  // Binding is over: the last progress call reports everything done.
+  void finish_progress() const {
+    if (options_.on_progress) options_.on_progress(total_bytes_, total_bytes_);
+  }
+
+ private:
+  mutable uint64_t bound_bytes_ = 0;  // of matrices bound so far (LoadOptions::on_progress)
 };
 
 HcWeights bind_hc(const Binder& b, const std::string& prefix, const char* which) {
@@ -356,6 +371,7 @@ DeepseekV4Weights bind_deepseek_v4_weights(const Checkpoint& ck, const Detection
     m.hc_head = bind_hc_head(b, p);
     w.mtp.push_back(std::move(m));
   }
+  b.finish_progress();
   return w;
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,6 +44,9 @@ struct LoadOptions {
   // Binding runs check_weight_codes on every weight matrix (NaN scale codes
   // would be garbage on the SIMD kernels); true skips it (--no-check-weights).
   bool skip_weight_check = false;
+  // Called as weight matrices are bound and checked: bytes bound so far and
+  // the checkpoint's weight bytes in all (a progress bar for large models).
+  std::function<void(uint64_t done, uint64_t total)> on_progress;
 };
 
 // Per-sequence state: caches and position. Created by Model::new_state().

@@ -235,3 +235,27 @@ TEST(DeepseekV4Errors, StateOfAnotherModelRejected) {
 
 }  // namespace
 }  // namespace nibble
+
+namespace nibble {
+namespace {
+
+// LoadOptions::on_progress (the load progress bar): calls never go back,
+// and the last reports every byte of the plan's groups as bound.
+TEST(DeepseekV4Load, ProgressReachesThePlansBytes) {
+  LoadOptions opt = test::test_load_options("auto");
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  opt.on_progress = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
+  auto m = load_model(test::fixture_dir("flash_tiny_stock"), opt);
+  uint64_t plan_bytes = 0;
+  for (const GroupPlan& g : m->plan().groups) plan_bytes += g.bytes;
+  ASSERT_GT(calls.size(), 10u);  // one per weight matrix, then the end
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GE(calls[i].first, calls[i - 1].first);
+    EXPECT_EQ(calls[i].second, plan_bytes);
+  }
+  EXPECT_EQ(calls.back().first, plan_bytes);
+  EXPECT_LT(calls[calls.size() - 2].first, plan_bytes);  // norms etc. are not matrices
+}
+
+}  // namespace
+}  // namespace nibble
