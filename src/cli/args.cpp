@@ -54,6 +54,26 @@ int64_t ParsedArgs::integer(const std::string& name, int64_t fallback, int64_t m
   return v;
 }
 
+std::vector<int64_t> ParsedArgs::integer_list(const std::string& name, const std::string& fallback, int64_t min,
+                                              int64_t max, const char* what) const {
+  std::vector<int64_t> out;
+  const std::string s = str(name, fallback);
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = s.find(',', pos);
+    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno == ERANGE || v < min || v > max)
+      usage_fail("flag ", name, ": '", item, "' is not ", what, " in [", min, ", ", max, "]");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
 double ParsedArgs::number(const std::string& name, double fallback, double min, double max) const {
   auto it = values.find(name);
   if (it == values.end()) return fallback;

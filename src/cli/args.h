@@ -25,6 +25,10 @@ struct ParsedArgs {
   std::string str(const std::string& name, const std::string& fallback = "") const;
   int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
   double number(const std::string& name, double fallback, double min, double max) const;
+  // A comma-separated list of integers in [min, max] ("1,2,4"); `what`
+  // names one item in the message ("a batch size").
+  std::vector<int64_t> integer_list(const std::string& name, const std::string& fallback, int64_t min, int64_t max,
+                                    const char* what) const;
   // Every value of a flag that may be given several times (empty if none).
   std::vector<std::string> list(const std::string& name) const;
 };

@@ -387,21 +387,7 @@ void print(const Result& r, bool json) {
 }
 
 std::vector<int64_t> parse_batches(const ParsedArgs& args) {
-  std::vector<int64_t> out;
-  const std::string s = args.str("--batch", "1");
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t comma = s.find(',', pos);
-    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    char* end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 4096)
-      usage_fail("flag --batch: '", item, "' is not a batch size in [1, 4096]");
-    out.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
+  return args.integer_list("--batch", "1", 1, 4096, "a batch size");
 }
 
 Format parse_weight_format(const ParsedArgs& args, const char* fallback) {

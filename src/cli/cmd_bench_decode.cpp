@@ -43,22 +43,6 @@ const std::vector<OptionSpec> kOptions = {
     {"--json", "", "one JSON object per row"},
 };
 
-std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
-  std::vector<int64_t> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 4096)
-      usage_fail(flag, ": '", item, "' is not a count between 1 and 4096 (in '", text, "')");
-    out.push_back(v);
-    at = comma + 1;
-  }
-  return out;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -110,7 +94,7 @@ int bench_decode(const std::vector<std::string>& argv) {
     return 0;
   }
   const std::string dir = model_dir_arg(args, /*shipped_default=*/true, usage);
-  const std::vector<int64_t> counts = parse_list(args.str("--sequences", "1,2,4,8,16"), "--sequences");
+  const std::vector<int64_t> counts = args.integer_list("--sequences", "1,2,4,8,16", 1, 4096, "a sequence count");
   const int64_t steps = args.integer("--decode-steps", 16, 1, 1000000);
   const int64_t prompt = args.integer("--prompt-tokens", 64, 1, 1 << 20);
   const double given_bw = args.number("--bandwidth", 0, 0.001, 1e6);
