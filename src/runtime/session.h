@@ -32,13 +32,6 @@ class Session {
   // Back to position 0 with empty caches.
   void reset();
 
-  // Back to `position`, as if the later tokens had never been fed (Model::truncate).
-  void truncate(int64_t position) { model_.truncate(*state_, position); }
-  // An independent copy of this sequence.
-  Session fork() const { return Session(model_, model_.fork(*state_)); }
-
-  ModelState& state() { return *state_; }
-
   // A session over an existing state (taken over), and the state back.
   Session(const Model& model, std::unique_ptr<ModelState> state) : model_(model), state_(std::move(state)) {}
   std::unique_ptr<ModelState> release_state() { return std::move(state_); }
