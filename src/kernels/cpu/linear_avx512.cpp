@@ -12,9 +12,10 @@
 // pass (1..4), the rows per block R, the row range a thread was given and
 // the token's place in the batch; T and R only decide which pairs run side
 // by side, and nothing is summed across tokens or rows. FP8: see fp8_rows;
-// exact FP4: fp4_f32_avx512.cpp; int8 FP4, BF16, F32: one row at a time,
-// one accumulator chain per token; int8 activations are quantized per
-// token. tests/kernels/batch_invariance_test.cpp checks it bitwise.
+// exact FP4: fp4_f32_avx512.cpp; BF16: see bf16_rows; int8 FP4, F32: one
+// row at a time, one accumulator chain per token; int8 activations are
+// quantized per token. tests/kernels/batch_invariance_test.cpp checks it
+// bitwise.
 //
 // Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx512.h here, no
 // STL, everything but the entry points in an anonymous namespace (see
@@ -309,25 +310,71 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
 // BF16 and F32
 // ============================================================================
 
-template <int T>
-void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+// dots[r * T + t] = sum over cols of W[r] * x_t for R rows of `ldw` bytes
+// starting at w0. Per (row, token) pair, for every R and T: per 32 columns
+// in column order acc = fma(even, x_even, acc), acc = fma(odd, x_odd, acc),
+// then one horizontal sum (batch invariance; the same arithmetic as the
+// one-row form this replaced, so results are bitwise unchanged).
+//
+// Why R rows: with one row the pair's accumulator is one chain of two
+// dependent FMAs per 64 bytes, 8 cycles at FMA latency 4, which held one
+// token to ~8 bytes per cycle per core; and at 4 tokens one row streams the
+// tokens' 64 KB of x from L2 per 8 KB row (8 x loads per 8 FMAs, the L2's
+// 64 bytes per cycle), which held the LM head at 8 tokens to ~25% of the
+// FMA peak. R = 4 rows give R chains per token and share each x load
+// over R rows.
+template <int R, int T>
+void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* const* acts, float* dots) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   const __m512i hi_mask = _mm512_set1_epi32(int32_t(0xFFFF0000u));
   for (int64_t c = 0; c < cols; c += 32) {
-    if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * c + kPrefetch), _MM_HINT_T0);
-    __m512i v;
-    if (c + 32 <= cols) v = _mm512_loadu_si512(wrow + 2 * c);
-    else v = _mm512_maskz_loadu_epi16(__mmask32((1ull << (cols - c)) - 1), wrow + 2 * c);
-    __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+    __m512 even[R], odd[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w0 + r * ldw + 2 * c;
+      // kPrefetch ahead in this row; past its end, into the same row of
+      // the next block of R (the order memory is consumed in).
+      if (kPrefetch) {
+        const uint8_t* ahead = p + kPrefetch + (2 * c + kPrefetch < ldw ? 0 : (R - 1) * ldw);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      }
+      __m512i v;
+      if (c + 32 <= cols) v = _mm512_loadu_si512(p);
+      else v = _mm512_maskz_loadu_epi16(__mmask32((1ull << (cols - c)) - 1), p);
+      even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      odd[r] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+    }
     for (int t = 0; t < T; ++t) {
       const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
-      acc[t] = _mm512_fmadd_ps(even, _mm512_load_ps(xt), acc[t]);
-      acc[t] = _mm512_fmadd_ps(odd, _mm512_load_ps(xt + 16), acc[t]);
+      const __m512 xe = _mm512_load_ps(xt), xo = _mm512_load_ps(xt + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(even[r], xe, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(odd[r], xo, acc[r][t]);
+      }
     }
   }
-  for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(acc[t]);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// BF16 rows [r0, r1) x tokens [t0, t0 + T), kBf16Rows at a time.
+constexpr int kBf16Rows = 4;
+template <int T>
+void bf16_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                const RowsOut& out) {
+  const int64_t ldw = w.cols * 2;
+  int64_t r = r0;
+  for (; r + kBf16Rows <= r1; r += kBf16Rows) {
+    float dots[kBf16Rows * T];
+    bf16_rows<kBf16Rows, T>(w.data + r * ldw, ldw, w.cols, acts, dots);
+    for (int i = 0; i < kBf16Rows; ++i) store_row<T>(out, r + i, t0, dots + i * T, 1.0f);
+  }
+  for (; r < r1; ++r) {
+    float dots[T];
+    bf16_rows<1, T>(w.data + r * ldw, ldw, w.cols, acts, dots);
+    store_row<T>(out, r, t0, dots, 1.0f);
+  }
 }
 
 template <int T>
@@ -413,6 +460,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
     return;
   }
+  if (w.kind == WeightKind::bf16) {
+    bf16_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
   float dots[T] = {};
   const int64_t cols = w.cols;
   for (int64_t r = r0; r < r1; ++r) {
@@ -426,12 +477,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
         fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
         scale = 0.5f * 256.0f * w.global_scale;
         break;
-      case WeightKind::bf16:
-        bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
-        break;
       case WeightKind::f32:
         f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
+      case WeightKind::bf16:       // bf16_range
       case WeightKind::fp8_ue8m0:
       case WeightKind::fp8_f32: break;  // fp8_range
     }
