@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-#   bench/decode_ab.sh OLD_NIBBLE NEW_NIBBLE MODEL_DIR [ROUNDS] [SEQUENCES] [STEPS] [PROMPT_TOKENS]
+# `nibble bench decode` of two builds, interleaved:
 #   bench/decode_ab.sh OLD_NIBBLE NEW_NIBBLE MODEL_DIR [ROUNDS] [SEQUENCES] [STEPS] [PROMPT_TOKENS]
 # Each round runs OLD then NEW (order alternating by round) over the same
 # sequence counts (default 1,2,4,8,16), steps (default 16) and prompt tokens
-# (default 64), each row with
-# its own bandwidth probe, and prints one JSON line per row with the build
+# (default 64), each row with its own bandwidth probe, and prints one JSON line per row with the build
 # ("old"/"new"), the round, user+system CPU seconds of the whole run and the
 # 1-minute load before it. The summary (stderr-free, last lines) gives per
 # build and sequence count the median decode tok/s and ratio to the bound.
