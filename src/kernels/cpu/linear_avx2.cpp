@@ -270,13 +270,20 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
 // arithmetic this replaced: results are bitwise unchanged). R rows give R
 // independent chains per token (one chain is two dependent FMAs per 32
 // bytes) and share every x load (see bf16_rows in linear_avx512.cpp).
+// A compile-time flag for a lambda's argument (no <type_traits> here).
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
+
 template <int R, int T>
 void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* const* acts, float* dots) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
-  for (int64_t c = 0; c < cols; c += 16) {
+  // 16 columns from c; masked: the row's last, partial 16.
+  auto step = [&](int64_t c, auto masked) __attribute__((always_inline)) {
     __m256 even[R], odd[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w0 + r * ldw + 2 * c;
@@ -286,12 +293,12 @@ void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* cons
         _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
       }
       __m256i v;
-      if (c + 16 <= cols) {
-        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-      } else {
+      if constexpr (decltype(masked)::value) {
         alignas(32) uint8_t buf[64];
         copy_tail(p, 2 * (cols - c), buf);
         v = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+      } else {
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
       }
       even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
       odd[r] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
@@ -304,7 +311,12 @@ void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* cons
         acc[r][t] = _mm256_fmadd_ps(odd[r], xo, acc[r][t]);
       }
     }
-  }
+  };
+  // The tail outside the loop (see bf16_rows in linear_avx512.cpp: with it
+  // inside, GCC stored the accumulators on every iteration).
+  const int64_t full = cols / 16 * 16;
+  for (int64_t c = 0; c < full; c += 16) step(c, Masked<false>{});
+  if (full < cols) step(full, Masked<true>{});
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) dots[r * T + t] = hsum(acc[r][t]);
 }

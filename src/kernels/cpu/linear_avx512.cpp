@@ -221,6 +221,12 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
 // vdpbf16ps issues once per cycle with latency 7 here, so it costs what two
 // FMAs cost, and x would be rounded.)
 
+// A compile-time flag for a lambda's argument (no <type_traits> here).
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
+
 inline float ue8m0_value(uint8_t e) {
   if (e == 0) return bits_to_float(0x00400000u);  // 2^-127, a subnormal
   if (e == 255) return bits_to_float(0x7FC00000u);
@@ -262,7 +268,9 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+  // One 128-column tile from c0; masked: the row's last, partial tile (its
+  // chunks read with masks). Full tiles loop apart from it, as in bf16_rows.
+  auto tile = [&](int64_t c0, auto masked) __attribute__((always_inline)) {
     const __m512 s = _mm512_set1_ps(tile_scale[c0 / 128]);
     const int64_t width = cols - c0 < 128 ? cols - c0 : 128;
     const uint8_t* row[R];
@@ -283,7 +291,8 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
           const uint8_t* ahead = row[r] + col + kPrefetch + (c0 + col + kPrefetch < cols ? 0 : (R - 1) * ldw);
           _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
         }
-        fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        if constexpr (decltype(masked)::value) fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        else e4m3x32_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + col)), &lo[r], &hi[r]);
       }
       for (int t = 0; t < T; ++t) {
         const float* xt = reinterpret_cast<const float*>(acts[t]) + c0 + col;
@@ -294,14 +303,17 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
         }
       }
     };
-    if (width == 128) {
-      for (int64_t col = 0; col < 128; col += 32) chunk(col, 32);
-    } else {
+    if constexpr (decltype(masked)::value) {
       for (int64_t col = 0; col < width; col += 32) chunk(col, width - col);
+    } else {
+      for (int64_t col = 0; col < 128; col += 32) chunk(col, 32);
     }
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(tmp[r][t], s, acc[r][t]);
-  }
+  };
+  const int64_t full = cols / 128 * 128;
+  for (int64_t c0 = 0; c0 < full; c0 += 128) tile(c0, Masked<false>{});
+  if (full < cols) tile(full, Masked<true>{});
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
@@ -329,7 +341,8 @@ void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* cons
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   const __m512i hi_mask = _mm512_set1_epi32(int32_t(0xFFFF0000u));
-  for (int64_t c = 0; c < cols; c += 32) {
+  // 32 columns from c; kMasked: the row's last, partial 32.
+  auto step = [&](int64_t c, auto masked) __attribute__((always_inline)) {
     __m512 even[R], odd[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w0 + r * ldw + 2 * c;
@@ -340,8 +353,8 @@ void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* cons
         _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
       }
       __m512i v;
-      if (c + 32 <= cols) v = _mm512_loadu_si512(p);
-      else v = _mm512_maskz_loadu_epi16(__mmask32((1ull << (cols - c)) - 1), p);
+      if constexpr (decltype(masked)::value) v = _mm512_maskz_loadu_epi16(__mmask32((1ull << (cols - c)) - 1), p);
+      else v = _mm512_loadu_si512(p);
       even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
       odd[r] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
     }
@@ -353,7 +366,13 @@ void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* cons
         acc[r][t] = _mm512_fmadd_ps(odd[r], xo, acc[r][t]);
       }
     }
-  }
+  };
+  // The full columns in a loop of their own: with the masked tail's branch
+  // inside it, GCC stored all R x T accumulators to the stack on every
+  // iteration (16 zmm stores per 32 FMAs at R = T = 4).
+  const int64_t full = cols / 32 * 32;
+  for (int64_t c = 0; c < full; c += 32) step(c, Masked<false>{});
+  if (full < cols) step(full, Masked<true>{});
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
