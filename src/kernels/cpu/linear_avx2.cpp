@@ -181,6 +181,12 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
 
 // ---- FP8 block-128 ---------------------------------------------------------------
 
+// A compile-time flag for a lambda's argument (no <type_traits> here).
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
+
 inline float ue8m0_value(uint8_t e) {
   if (e == 0) return bits_to_float(0x00400000u);
   if (e == 255) return bits_to_float(0x7FC00000u);
@@ -226,7 +232,9 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+  // One 128-column tile from c0; masked: the row's last, partial tile. Full
+  // tiles loop apart from it (see bf16_rows).
+  auto tile = [&](int64_t c0, auto masked) __attribute__((always_inline)) {
     const __m256 s = _mm256_set1_ps(tile_scale[c0 / 128]);
     const int64_t width = cols - c0 < 128 ? cols - c0 : 128;
     const uint8_t* row[R];
@@ -239,7 +247,8 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
       for (int r = 0; r < R; ++r) {
         // One line per 64 columns, as they are consumed (see the AVX-512 file).
         if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(row[r] + col + kPrefetch), _MM_HINT_T0);
-        fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        if constexpr (decltype(masked)::value) fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        else e4m3x16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + col)), &lo[r], &hi[r]);
       }
       for (int t = 0; t < T; ++t) {
         const float* xt = reinterpret_cast<const float*>(acts[t]) + c0 + col;
@@ -250,14 +259,17 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
         }
       }
     };
-    if (width == 128) {
-      for (int64_t col = 0; col < 128; col += 16) chunk(col, 16);
-    } else {
+    if constexpr (decltype(masked)::value) {
       for (int64_t col = 0; col < width; col += 16) chunk(col, width - col);
+    } else {
+      for (int64_t col = 0; col < 128; col += 16) chunk(col, 16);
     }
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(tmp[r][t], s, acc[r][t]);
-  }
+  };
+  const int64_t full = cols / 128 * 128;
+  for (int64_t c0 = 0; c0 < full; c0 += 128) tile(c0, Masked<false>{});
+  if (full < cols) tile(full, Masked<true>{});
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) dots[r * T + t] = hsum(acc[r][t]);
 }
@@ -270,12 +282,6 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
 // arithmetic this replaced: results are bitwise unchanged). R rows give R
 // independent chains per token (one chain is two dependent FMAs per 32
 // bytes) and share every x load (see bf16_rows in linear_avx512.cpp).
-// A compile-time flag for a lambda's argument (no <type_traits> here).
-template <bool B>
-struct Masked {
-  static constexpr bool value = B;
-};
-
 template <int R, int T>
 void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* const* acts, float* dots) {
   __m256 acc[R][T];
