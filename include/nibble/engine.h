@@ -104,6 +104,9 @@ struct GenerationResult {
 // of three). What benchmarks set decode speed against.
 double measure_memory_bandwidth_gbps(int threads);
 
+// The architectures (config.json's architectures[0]) Engine::load runs.
+std::vector<std::string> runnable_architectures();
+
 class Engine {
  public:
   // Opens a model folder (config.json, safetensors shards, tokenizer.json if

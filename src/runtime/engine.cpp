@@ -154,6 +154,12 @@ std::string Engine::kernels(const std::string& op_group) const {
 
 double measure_memory_bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads); }
 
+std::vector<std::string> runnable_architectures() {
+  std::vector<std::string> out;
+  for (const auto& e : model_registry()) out.push_back(e.architecture);
+  return out;
+}
+
 bool Engine::has_tokenizer() const { return impl_->tokenizer != nullptr; }
 
 std::vector<int32_t> Engine::tokenize(const std::string& text, bool allow_special) const {
