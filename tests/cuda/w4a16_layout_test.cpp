@@ -14,6 +14,7 @@
 
 #include "format/element.h"
 #include "kernels/cpu/random_weights.h"
+#include "kernels/cuda/moe_w4a16.h"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_repack.h"
 #include "kernels/linear.h"
@@ -265,6 +266,22 @@ TEST(W4A16Repack, RejectsWhatItCannotLayOut) {
   mx.view.cols = 48;  // not a multiple of 32
   mx.view.name = "w";
   EXPECT_THROW(repack_w4a16(mx.view), Error);
+}
+
+TEST(MoeW4A16Plan, VariantAndSplitFollowTheShapes) {
+  EXPECT_EQ(moe_w4a16_tokens_per_pass(1), 8);
+  EXPECT_EQ(moe_w4a16_tokens_per_pass(8), 8);
+  EXPECT_EQ(moe_w4a16_tokens_per_pass(9), 32);
+  // DeepSeek-V4-Flash decode on an H200 (132 SMs): 6 experts x 128 strips of
+  // w1 = 768 busy warps, 2112 wanted -> 3 splits of K = 4096 (64 chunks).
+  EXPECT_EQ(moe_w4a16_k_splits(6 * 128, 4096, 132), 3);
+  // Enough strips: no split. Few columns: at most chunks / 4.
+  EXPECT_EQ(moe_w4a16_k_splits(256 * 128, 4096, 132), 1);
+  EXPECT_EQ(moe_w4a16_k_splits(1, 512, 132), 2);
+  EXPECT_EQ(moe_w4a16_k_splits(1, 64, 132), 1);
+  // Never more than 8, never below 1.
+  EXPECT_EQ(moe_w4a16_k_splits(1, 1 << 16, 132), 8);
+  EXPECT_EQ(moe_w4a16_k_splits(0, 4096, 132), 1);
 }
 
 }  // namespace

@@ -34,8 +34,6 @@ struct DeviceBuffer {
 
 }  // namespace
 
-int moe_w4a16_tokens_per_pass(int64_t max_per_expert) { return max_per_expert <= kTokensPerMma ? 8 : 32; }
-
 void moe_w4a16_launch(const W4A16ExpertsDevice& w, const MoeGemmArgs& a) {
   if (w.format != Format::mxfp4 && w.format != Format::nvfp4)
     fail("moe_w4a16: weights must be MXFP4 or NVFP4, not ", format_name(w.format));

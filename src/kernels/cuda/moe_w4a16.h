@@ -44,6 +44,12 @@ struct MoeGemmArgs {
 // (8 for the decode variant, 32 for the batched one): the compiled instances.
 int moe_w4a16_tokens_per_pass(int64_t max_per_expert);
 
+// The K split for `busy_strips` 16-row strips with tokens (experts with
+// tokens x rows_padded / 16) over cols_padded columns on `sms` SMs: 1 when
+// the strips alone fill the GPU, else up to 8 (moe_w4a16_plan.cpp says why).
+// cuda_moe_bench prints it beside the best split it measured.
+int moe_w4a16_k_splits(int64_t busy_strips, int64_t cols_padded, int sms);
+
 // Launches on args.stream; no host synchronisation. Throws nibble::Error for
 // inconsistent shapes or a launch error (with cudaGetErrorString).
 void moe_w4a16_launch(const W4A16ExpertsDevice& w, const MoeGemmArgs& args);

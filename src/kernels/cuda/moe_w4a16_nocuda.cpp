@@ -11,7 +11,6 @@ namespace {
 }
 }  // namespace
 
-int moe_w4a16_tokens_per_pass(int64_t max_per_expert) { return max_per_expert <= 8 ? 8 : 32; }
 void moe_w4a16_launch(const W4A16ExpertsDevice&, const MoeGemmArgs&) { no_cuda(); }
 MoeGemmHostResult moe_w4a16_run_host(const std::vector<W4A16Matrix>&, const std::vector<uint16_t>&,
                                      const std::vector<int32_t>&, const std::vector<int32_t>&, int, int) {
