@@ -15,6 +15,7 @@
 #include "cli/command.h"
 #include "cli/load_flags.h"
 #include "cli/human.h"
+#include "device/cuda_device.h"
 #include "kernels/plan.h"
 #include "nibble/engine.h"
 #include "util/error.h"
@@ -23,7 +24,7 @@ namespace nibble::cli {
 namespace {
 
 const std::vector<OptionSpec> kOptions = {
-    {"--device", "NAME", "plan for this device: host (default), cpu-avx2, cpu-avx512, sm_80, sm_90, sm_100, sm_120"},
+    {"--device", "NAME", "plan for this device: host (default), cpu-avx2, cpu-avx512, sm_80, sm_90, sm_100, sm_120, cuda, cuda:N"},
     {"--json", "", "print one JSON object instead of a table"},
     {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
     {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
@@ -52,7 +53,8 @@ nlohmann::json plan_json(const Plan& plan) {
       j["op"] = op_name(g.op);
       j["kernel"] = g.selection.chosen ? nlohmann::json(g.selection.chosen->name) : nlohmann::json(nullptr);
       if (g.selection.chosen) {
-        j["kernel_units"] = g.selection.chosen->units;
+        j["kernel_units"] = kernel_unit_class(*g.selection.chosen);  // tensor_core, cuda_core, cpu_simd, scalar
+        j["kernel_units_detail"] = g.selection.chosen->units;
         // What the kernel rounds beyond f32 sums (only a forced opt-in kernel).
         j["kernel_lossy"] = kernel_is_lossy(*g.selection.chosen, g.format)
                                 ? nlohmann::json(g.selection.chosen->lossy)
@@ -161,10 +163,10 @@ int run_explain(const std::vector<std::string>& argv) {
   opt.batch = args.integer("--batch", 1, 1, 1 << 20);
   const std::string device_name = args.str("--device", "host");
   const auto devices = named_device_list();
-  if (std::find(devices.begin(), devices.end(), device_name) == devices.end()) {
+  if (std::find(devices.begin(), devices.end(), device_name) == devices.end() && !is_cuda_device_spec(device_name)) {
     std::string known;
     for (const auto& n : devices) known += (known.empty() ? "" : ", ") + n;
-    usage_fail("flag --device: unknown device '", device_name, "' (known: ", known, ")");
+    usage_fail("flag --device: unknown device '", device_name, "' (known: ", known, ", cuda, cuda:N)");
   }
 
   auto ck = Checkpoint::open(args.positional[0]);

@@ -43,7 +43,8 @@ const CpuFeatures& host_cpu_features();
 Device host_cpu_device(int threads = 0, double bandwidth_gbps = 0);
 
 // A named device: "host" (the above), "cpu-avx2", "cpu-avx512", "sm_80",
-// "sm_90", "sm_100", "sm_120". Throws nibble::Error listing the names.
+// "sm_90", "sm_100", "sm_120", or this machine's GPU "cuda" / "cuda:N"
+// (device/cuda_device.h). Throws nibble::Error listing the names.
 Device named_device(const std::string& name, int threads = 0, double bandwidth_gbps = 0);
 std::vector<std::string> named_device_list();
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "device/cuda_device.h"
 #include "device/device.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -95,6 +96,7 @@ std::vector<std::string> named_device_list() {
 Device named_device(const std::string& name, int threads, double bandwidth_gbps) {
   Device d;
   if (name == "host") return host_cpu_device(threads, bandwidth_gbps);
+  if (is_cuda_device_spec(name)) return cuda_device(name, bandwidth_gbps);  // this machine's GPU
   else if (name == "cpu-avx2")
     d = cpu_named("cpu-avx2", false, 8, 60, "desktop x86-64 with AVX2, 8 cores, dual-channel DDR5");
   else if (name == "cpu-avx512")
@@ -110,7 +112,7 @@ Device named_device(const std::string& name, int threads, double bandwidth_gbps)
   else {
     std::string known;
     for (const auto& n : named_device_list()) known += (known.empty() ? "" : ", ") + n;
-    fail("unknown device '", name, "' (known: ", known, ")");
+    fail("unknown device '", name, "' (known: ", known, ", cuda, cuda:N)");
   }
   if (threads > 0 && d.kind == DeviceKind::cpu) d.cores = threads;
   if (bandwidth_gbps > 0) {

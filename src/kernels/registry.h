@@ -50,7 +50,13 @@ struct KernelDesc {
   // NAME) runs it.
   const char* lossy = nullptr;
   std::vector<Format> lossy_formats = {};
+  // The class of unit that executes it, for `explain --json`'s kernel_units:
+  // "tensor_core", "cuda_core", "cpu_simd" or "scalar". Null: a CPU kernel,
+  // "scalar" for cpu_ref and "cpu_simd" for the others (kernel_unit_class).
+  const char* unit_class = nullptr;
 };
+
+const char* kernel_unit_class(const KernelDesc& k);
 
 const std::vector<KernelDesc>& kernel_registry();
 

@@ -259,16 +259,32 @@ TEST(Explain, PlansForNamedDevices) {
     if (contains(r["kernel"], "avx512")) {
       EXPECT_TRUE(contains(r["reason"], "AVX-512")) << r;
     }
-  for (const char* sm : {"sm_90", "sm_120"}) {
+  for (const char* sm : {"sm_80", "sm_90", "sm_100", "sm_120"}) {
     RunResult r = run_nibble({"explain", kFixtures + "dsv4_stock", "--json", "--bandwidth", "100", "--device", sm});
-    // No CUDA kernel exists yet: nothing is chosen, every CPU kernel is
-    // rejected with its reason, a warning says so, there is no tokens/s
-    // bound, and the exit status says the model cannot run there.
+    // The routed FP4 experts go to the tensor-core W4A16 kernel; the native
+    // FP4 entry says it is not built yet where the arch has native FP4 MMA
+    // (sm_100, sm_120) and why not elsewhere; every CPU kernel is rejected
+    // with its reason. The linear ops have no CUDA kernel yet: a warning says
+    // so, there is no tokens/s bound, and the exit status says the model
+    // cannot run there.
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_TRUE(contains(r.err, "no kernel on")) << r.err;
     json gpu = json::parse(r.out);
     EXPECT_EQ(gpu["device"]["kind"], "cuda");
-    EXPECT_TRUE(only_group(gpu, "routed_experts")["kernel"].is_null());
+    json routed = only_group(gpu, "routed_experts");
+    EXPECT_EQ(routed["kernel"], "cuda_w4a16") << sm;
+    EXPECT_EQ(routed["kernel_units"], "tensor_core") << sm;
+    bool native_listed = false;
+    for (const auto& rej : routed["rejected"]) {
+      if (rej["kernel"] == "cuda_fp4_native") {
+        native_listed = true;
+        const bool has_native = std::string(sm) == "sm_100" || std::string(sm) == "sm_120";
+        EXPECT_EQ(contains(rej["reason"], "not built yet"), has_native) << sm << ": " << rej;
+      } else if (contains(rej["kernel"], "cpu")) {
+        EXPECT_TRUE(contains(rej["reason"], "needs a CPU device")) << rej;
+      }
+    }
+    EXPECT_TRUE(native_listed) << sm;
     EXPECT_FALSE(gpu["warnings"].empty());
     EXPECT_EQ(gpu["runnable"], false);
     EXPECT_TRUE(gpu["bound_tokens_per_s"].is_null());
@@ -277,6 +293,27 @@ TEST(Explain, PlansForNamedDevices) {
     EXPECT_TRUE(contains(text.out, "NOT RUNNABLE")) << text.out;
     EXPECT_FALSE(contains(text.out, "tokens/s")) << text.out;
   }
+  // NVFP4 experts go to the same tensor-core kernel.
+  for (const char* sm : {"sm_80", "sm_120"}) {
+    RunResult r = run_nibble(
+        {"explain", kFixtures + "dsv4_nvfp4_current", "--json", "--bandwidth", "100", "--device", sm});
+    json routed = only_group(json::parse(r.out), "routed_experts");
+    EXPECT_EQ(routed["format"], "nvfp4");
+    EXPECT_EQ(routed["kernel"], "cuda_w4a16") << sm;
+    EXPECT_EQ(routed["kernel_units"], "tensor_core") << sm;
+  }
+}
+
+TEST(Explain, CudaDeviceWithoutOneIsAClearError) {
+  // This machine's GPU, where there is none (CI, the development machines):
+  // the runtime's reason, not a plan. Skipped where a GPU answers.
+  RunResult r = run_nibble({"explain", kFixtures + "dsv4_stock", "--device", "cuda"});
+  if (r.exit_code == 0 || contains(r.err, "no kernel on")) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "no CUDA device")) << r.err;
+  RunResult bad = run_nibble({"explain", kFixtures + "dsv4_stock", "--device", "cuda:x"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "cuda:N")) << bad.err;
 }
 
 TEST(Explain, TextFormShowsTheSameChoices) {

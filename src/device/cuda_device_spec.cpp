@@ -1,0 +1,14 @@
+// The spelling of CUDA device names, shared by the CUDA and the CUDA-less build.
+#include "device/cuda_device.h"
+
+namespace nibble {
+
+bool is_cuda_device_spec(const std::string& name) {
+  if (name == "cuda") return true;
+  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 9) return false;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return false;
+  return true;
+}
+
+}  // namespace nibble
