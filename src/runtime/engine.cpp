@@ -15,6 +15,7 @@
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -55,6 +56,7 @@ SamplerConfig sampler_config(const SamplingParams& p) {
 struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  int64_t rollback_tokens = 16;       // EngineOptions::rollback_tokens (the reach of speculative rollback)
   mutable std::mutex mu;
   std::map<SeqId, std::unique_ptr<Sequence>> seqs;
   SeqId next_id = 0;
@@ -104,6 +106,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   lo.profile = options.profile;
   auto impl = std::make_unique<Impl>();
   impl->model = load_model(model_dir, lo);
+  impl->rollback_tokens = options.rollback_tokens;
   const std::string tok = model_dir + "/tokenizer.json";
   if (std::filesystem::exists(tok)) {
     impl->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(tok));
@@ -121,6 +124,9 @@ int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
 int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
 int Engine::threads() const { return impl_->model->plan().device.cores; }
+std::string Engine::draft_unavailable() const {
+  return impl_->model->has_draft() ? std::string() : impl_->model->draft_unavailable();
+}
 
 double measure_memory_bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads); }
 
@@ -246,14 +252,6 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
   g.stop_tokens = params.stop_tokens;
   g.use_model_eos = params.use_model_eos;
   g.sampler = sampler_config(params.sampling);
-  // The state moves into a Session for the loop and back afterwards, also
-  // when the loop throws.
-  Session session(*impl_->model, std::move(s.state));
-  struct Restore {
-    Sequence& s;
-    Session& session;
-    ~Restore() { s.state = session.release_state(); }
-  } restore{s, session};
   bool cancelled = s.cancel.exchange(false);
   GenerationResult r;
   if (cancelled) {
@@ -261,14 +259,29 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
     r.prompt_tokens = int64_t(prompt.size());
     return r;
   }
-  GenerateResult got = nibble::generate(session, prompt, g, [&](int32_t id) {
+  auto callback = [&](int32_t id) {
     if (on_token && !on_token(id)) return false;
     if (s.cancel.exchange(false)) {
       cancelled = true;
       return false;
     }
     return true;
-  });
+  };
+  GenerateResult got;
+  if (params.draft_tokens != 0) {
+    check_speculative(*impl_->model, params.draft_tokens, impl_->rollback_tokens);
+    got = speculative_generate(*impl_->model, *s.state, prompt, g, params.draft_tokens, callback, &r.spec);
+  } else {
+    // The state moves into a Session for the loop and back afterwards, also
+    // when the loop throws.
+    Session session(*impl_->model, std::move(s.state));
+    struct Restore {
+      Sequence& s;
+      Session& session;
+      ~Restore() { s.state = session.release_state(); }
+    } restore{s, session};
+    got = nibble::generate(session, prompt, g, callback);
+  }
   r.tokens = std::move(got.tokens);
   r.prompt_tokens = got.prompt_tokens;
   r.prefill_seconds = got.prefill_seconds;
