@@ -74,11 +74,17 @@ struct SpecDecodeStats {
   int64_t emitted = 0;                   // tokens they produced: accepted drafts + the main model's own
   std::vector<int64_t> drafted;          // [k] drafts proposed at draft position j
   std::vector<int64_t> accepted;         // [k] of which accepted
+  int64_t draft_forwards = 0;            // forwards of the draft layer (one per draft)
+  double draft_seconds = 0;              // spent in them
+  double verify_seconds = 0;             // spent in the verify steps (main model, k + 1 tokens)
   // Tokens per verify step (1 + accepted drafts): the mean accepted length.
   double mean_accepted_length() const { return steps ? double(emitted) / double(steps) : 0.0; }
   void add(const SpecDecodeStats& o) {
     steps += o.steps;
     emitted += o.emitted;
+    draft_forwards += o.draft_forwards;
+    draft_seconds += o.draft_seconds;
+    verify_seconds += o.verify_seconds;
     if (drafted.size() < o.drafted.size()) drafted.resize(o.drafted.size(), 0);
     if (accepted.size() < o.accepted.size()) accepted.resize(o.accepted.size(), 0);
     for (size_t j = 0; j < o.drafted.size(); ++j) drafted[j] += o.drafted[j];

@@ -11,6 +11,7 @@
 // independent ones, where greedy decoding of a random-weight model tends to
 // repeat one token and so one set of experts, flattering batched decode.
 #include "cli/bench_decode.h"
+#include "cli/bench_speculative.h"
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +41,10 @@ const std::vector<OptionSpec> kOptions = {
     {"--bandwidth", "GBPS", "assume this read bandwidth instead of measuring it per row"},
     {"--seed", "S", "seed of the random prompt and decode tokens (default 0)"},
     {"--profile", "", "time every phase of the steps and print the table at the end (stderr)"},
+    {"--spec-draft-tokens", "K", "also measure speculative decoding with the MTP layer: verify cost for k = 1..K, "
+                                 "greedy tokens/s and acceptance with k = K (default 0: off)"},
+    {"--no-spec", "", "no speculative decoding section (the default)"},
+    {"--spec-new-tokens", "N", "tokens the speculative section's greedy runs generate (default 32)"},
     {"--json", "", "one JSON object per row"},
 };
 
@@ -100,6 +105,9 @@ int bench_decode(const std::vector<std::string>& argv) {
   const double given_bw = args.number("--bandwidth", 0, 0.001, 1e6);
   const uint64_t seed = uint64_t(args.integer("--seed", 0, 0, INT64_MAX));
   const bool json = args.has("--json");
+  // 15 = kMaxDraftTokens (runtime/speculative.h): the verify step's rollback reach.
+  const int64_t spec_k = args.has("--no-spec") ? 0 : args.integer("--spec-draft-tokens", 0, 0, 15);
+  const int64_t spec_new = args.integer("--spec-new-tokens", 32, 2, 1 << 20);
 
   EngineOptions opt;
   opt.threads = threads_arg(args);
@@ -178,6 +186,7 @@ int bench_decode(const std::vector<std::string>& argv) {
     r.ratio = r.decode_tps / r.bound_tps;
     print_row(r, json, bw_source);
   }
+  if (spec_k > 0) bench_speculative(*engine, spec_k, prompt, steps, spec_new, seed, json);
   return 0;
 }
 

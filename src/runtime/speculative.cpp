@@ -141,9 +141,25 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
     s.hidden_first = n - m;
     model.step(std::span<const SeqStep>(&s, 1));
   }
+  if (options.max_new_tokens == 0) {
+    r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  }
+  // The draft layer reads the prompt's rows whose next token is known (all
+  // but the last) as part of the prefill, so that a draft step is one row.
+  auto draft_state = model.new_draft_state();
+  if (m > 1) {
+    DraftStep d;
+    d.state = draft_state.get();
+    d.tokens = pending_tokens;
+    d.hidden = pending_hidden.data();
+    d.rows = LogitRows::none;
+    model.draft_step(std::span<const DraftStep>(&d, 1));
+    pending_hidden.erase(pending_hidden.begin(), pending_hidden.end() - W);
+    pending_tokens.clear();
+  }
   r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   auto t1 = Clock::now();
-  if (options.max_new_tokens == 0) return r;
 
   // Emits one token; false when generation ends with it.
   bool done = false;
@@ -166,7 +182,6 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
   int32_t last = sampler.sample(logits.data(), V);
   emit(last);
 
-  auto draft_state = model.new_draft_state();
   std::vector<float> draft_logits(static_cast<size_t>(V)), own(static_cast<size_t>(W)), own_next(static_cast<size_t>(W));
   std::vector<int32_t> verify_tokens;
   std::vector<float> verify_logits, verify_hidden;
@@ -180,6 +195,7 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
     // Drafts this step: each emitted token needs its budget, each fed one its context.
     const int64_t kk = std::min({k, options.max_new_tokens - int64_t(r.tokens.size()) - 1, context - P - 1});
     verify_tokens.assign(1, last);
+    auto d0 = Clock::now();
     if (kk > 0) {
       // Draft 1: the queued main-model rows, the last of them with `last`.
       pending_tokens.push_back(last);
@@ -210,7 +226,10 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
       // The chained rows read the draft's own states: the next step replaces
       // them by rows of the main model's.
       model.truncate(*draft_state, keep);
+      local.draft_forwards += kk;
     }
+    auto v0 = Clock::now();
+    local.draft_seconds += std::chrono::duration<double>(v0 - d0).count();
     // Verify: one main step over [last, d_1 .. d_kk], every row's logits and state.
     const int64_t rows = kk + 1;
     verify_logits.resize(size_t(rows * V));
@@ -224,6 +243,7 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
       s.hidden = verify_hidden.data();
       model.step(std::span<const SeqStep>(&s, 1));
     }
+    local.verify_seconds += std::chrono::duration<double>(Clock::now() - v0).count();
     // Accept the longest agreeing prefix, then the main model's own token.
     std::vector<int32_t> emitted;
     bool all_accepted = true;

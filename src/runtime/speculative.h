@@ -35,6 +35,16 @@ namespace nibble {
 // (LoadOptions::rollback_tokens, 16 by default).
 constexpr int64_t kMaxDraftTokens = 15;
 
+// The default: off. Measured (docs/speculative.md "When it pays", bench
+// decode on the Flash-shaped model): a verify step of k + 1 = 2 / 3 / 4
+// tokens costs 1.56 / 1.91 / 2.19 decode steps on this CPU (the kernels at
+// M = 2..4 are compute-bound, and each token routes to other experts), so
+// drafting gains at most ~1.2x even at 0.9 acceptance and loses below ~0.7.
+constexpr int64_t kDefaultDraftTokens = 0;
+inline constexpr const char* kDefaultDraftWhy =
+    "it is off by default on CPU: a verify step of k + 1 tokens costs 1.6-2.2x a decode step here, so "
+    "drafting gains at most ~1.2x at 0.9 acceptance and loses below ~0.7 (docs/speculative.md).";
+
 // `draft_tokens` must be in [1, kMaxDraftTokens] and not above the model's
 // rollback reach (errors name --spec-draft-tokens); the model must have a
 // draft layer (else the error is Model::draft_unavailable()).

@@ -92,8 +92,8 @@ class MainAsDraft : public Model {
       const int64_t n = int64_t(s.tokens.size());
       std::vector<float> all(size_t(n * V));
       inner_.forward(*d.main, s.tokens, all.data(), true);
-      float* l = all.data() + (n - 1) * V;  // the proposal's row
-      if (wrong_every_ > 0 && ++proposals_ % wrong_every_ == 0) l[argmax(l, V)] = -1e30f;
+      float* l = all.data() + (n - 1) * V;  // the proposal's row (none: rows only read)
+      if (s.rows != LogitRows::none && wrong_every_ > 0 && ++proposals_ % wrong_every_ == 0) l[argmax(l, V)] = -1e30f;
       if (noise_ > 0)
         for (int64_t v = 0; v < V; ++v) l[v] += noise_ * (float(rng_() % 2001) / 1000.0f - 1.0f);
       if (s.rows == LogitRows::all) std::copy(all.begin(), all.end(), s.logits);
