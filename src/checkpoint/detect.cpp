@@ -66,6 +66,9 @@ struct Metadata {
   std::string moe_quant_algo;                // quantization_config.moe_quant_algo
   std::string expert_dtype;                  // top-level expert_dtype (DeepSeek-V4)
   std::string fp8_desc;                      // "quant_method fp8, weight_block_size [128,128], scale_fmt ue8m0"
+  // compressed-tensors pack-quantized INT4 (W4A16): the config groups' group_size.
+  int64_t ct_group = 0;
+  std::string ct_desc;                       // "compressed-tensors pack-quantized: int4 symmetric, group_size 32"
   std::vector<Unsupported> unsupported;
   std::string schema;
 };
@@ -74,6 +77,60 @@ std::string schema_of_modelopt(const Metadata& m) {
   if (m.modelopt_algo == "MIXED_PRECISION") return "ModelOpt current schema (quant_algo MIXED_PRECISION + quantized_layers)";
   if (m.modelopt_algo.empty()) return "ModelOpt early schema (quant_algo null, per-module keys)";
   return "ModelOpt (quant_algo " + m.modelopt_algo + ")";
+}
+
+// compressed-tensors' quantization_config: nibble runs the `pack-quantized`
+// format with weight-only symmetric INT4 groups (Kimi K2's W4A16); any other
+// scheme is recorded as unsupported, naming the field.
+void read_compressed_tensors(const json& qc, const std::string& cfg_path, Metadata& m) {
+  const std::string fmt = json_str(qc, "format");
+  const std::string where = cfg_path + " quantization_config";
+  if (fmt != "pack-quantized") {
+    m.unsupported.push_back({"compressed-tensors" + (fmt.empty() ? "" : " (" + fmt + ")"), where + ".format", ""});
+    return;
+  }
+  auto groups = qc.find("config_groups");
+  if (groups == qc.end() || !groups->is_object() || groups->empty()) {
+    m.unsupported.push_back({"compressed-tensors pack-quantized without config_groups", where, ""});
+    return;
+  }
+  for (auto g = groups->begin(); g != groups->end(); ++g) {
+    const std::string at = where + ".config_groups." + g.key();
+    if (!g->is_object()) {
+      m.unsupported.push_back({"compressed-tensors config group that is not an object", at, ""});
+      continue;
+    }
+    if (auto in = g->find("input_activations"); in != g->end() && !in->is_null()) {
+      m.unsupported.push_back({"compressed-tensors quantized activations (nibble runs weight-only INT4)",
+                               at + ".input_activations", ""});
+      continue;
+    }
+    auto w = g->find("weights");
+    if (w == g->end() || !w->is_object()) {
+      m.unsupported.push_back({"compressed-tensors config group without weights", at, ""});
+      continue;
+    }
+    auto num = [&](const char* k) { return w->contains(k) && (*w)[k].is_number_integer() ? (*w)[k].get<int64_t>() : -1; };
+    const int64_t bits = num("num_bits"), group = num("group_size");
+    const bool symmetric = w->contains("symmetric") && (*w)["symmetric"].is_boolean() && (*w)["symmetric"].get<bool>();
+    const std::string type = json_str(*w, "type"), strategy = json_str(*w, "strategy");
+    std::string scheme = "num_bits " + std::to_string(bits) + ", type " + (type.empty() ? "?" : type) + ", " +
+                         (symmetric ? "symmetric" : "asymmetric") + ", strategy " +
+                         (strategy.empty() ? "?" : strategy) + ", group_size " + std::to_string(group);
+    if (bits != 4 || type != "int" || !symmetric || strategy != "group" || group <= 0 || group % 8 != 0) {
+      m.unsupported.push_back({"compressed-tensors weights (" + scheme + "); nibble runs int4 symmetric groups",
+                               at + ".weights", ""});
+      continue;
+    }
+    if (m.ct_group != 0 && m.ct_group != group) {
+      m.unsupported.push_back({"compressed-tensors groups of different group_size (" + std::to_string(m.ct_group) +
+                                   " and " + std::to_string(group) + ")",
+                               at + ".weights.group_size", ""});
+      continue;
+    }
+    m.ct_group = group;
+    m.ct_desc = "config.json quantization_config (compressed-tensors pack-quantized: " + scheme + ")";
+  }
 }
 
 Metadata read_metadata(const Checkpoint& ck) {
@@ -125,9 +182,7 @@ Metadata read_metadata(const Checkpoint& ck) {
         m.unsupported.push_back({"fp8 with weight_block_size " + bs->dump(),
                                  cfg_path + " quantization_config.weight_block_size", ""});
     } else if (m.quant_method == "compressed-tensors") {
-      std::string fmt = json_str(*qc, "format");
-      m.unsupported.push_back({"compressed-tensors" + (fmt.empty() ? "" : " (" + fmt + ")"),
-                               cfg_path + " quantization_config.quant_method", ""});
+      read_compressed_tensors(*qc, cfg_path, m);
     } else if (m.quant_method == "modelopt") {
       std::string algo = json_str(*qc, "quant_algo");
       if (!algo_format(algo) && lower(algo) != "mixed_precision")
@@ -293,9 +348,53 @@ bool classify_weight(const Checkpoint& ck, const std::string& base, const Tensor
   return false;
 }
 
+// A compressed-tensors pack-quantized weight (format/int4.h): I32
+// .weight_packed [rows, cols/8], BF16 .weight_scale [rows, cols/group] and
+// .weight_shape = [rows, cols]. False for a layout nibble cannot run
+// (an asymmetric .weight_zero_point, scales of another dtype); shapes that
+// contradict each other are errors naming the tensors.
+bool classify_int4(const Checkpoint& ck, const std::string& base, const TensorInfo& packed, DetectedTensor* out,
+                   std::string* evidence) {
+  const TensorInfo* scale = sibling(ck, base, ".weight_scale");
+  const TensorInfo* shape = sibling(ck, base, ".weight_shape");
+  if (packed.dtype != DType::I32 || packed.shape.size() != 2 || !scale || scale->dtype != DType::BF16 ||
+      scale->shape.size() != 2 || sibling(ck, base, ".weight_zero_point"))
+    return false;
+  if (!shape) fail(packed.file, ": tensor ", packed.name, " has no ", base, ".weight_shape (compressed-tensors stores the logical shape there)");
+  const int64_t rows = packed.shape[0], cols = packed.shape[1] * 8;
+  if (shape->numel() != 2 || (shape->dtype != DType::I64 && shape->dtype != DType::I32))
+    fail(shape->file, ": tensor ", shape->name, " must hold 2 integers (I64 or I32), has ", dtype_name(shape->dtype), " ",
+         shape->shape_str());
+  if (shape->data) {
+    int64_t logical[2];
+    for (int i = 0; i < 2; ++i) {
+      if (shape->dtype == DType::I64) std::memcpy(&logical[i], shape->data + 8 * i, 8);
+      else {
+        int32_t v;
+        std::memcpy(&v, shape->data + 4 * i, 4);
+        logical[i] = v;
+      }
+    }
+    if (logical[0] != rows || logical[1] != cols)
+      fail(shape->file, ": tensor ", shape->name, " says [", logical[0], ", ", logical[1], "] but ", packed.name, " ",
+           packed.shape_str(), " holds [", rows, ", ", cols,
+           "] (nibble needs in-features that are a multiple of 8: no padded words)");
+  }
+  if (scale->shape[0] != rows || scale->shape[1] <= 0 || cols % scale->shape[1] != 0 || (cols / scale->shape[1]) % 8 != 0)
+    fail(scale->file, ": tensor ", scale->name, " has shape ", scale->shape_str(), " which is not one scale per group of a ",
+         "multiple of 8 elements for ", packed.name, " [", rows, ", ", cols, "]");
+  const int64_t group = cols / scale->shape[1];
+  out->format = Format::int4;
+  out->parts = {&packed, scale, shape};
+  out->is_matrix = true;
+  out->rows = rows;
+  out->cols = cols;
+  *evidence = "I32 .weight_packed + BF16 .weight_scale per " + std::to_string(group) + " + .weight_shape";
+  return true;
+}
+
 // Names that mark quantization layouts nibble recognises but cannot run.
 std::optional<std::string> unsupported_by_name(const std::string& name) {
-  if (ends_with(name, ".weight_packed")) return "compressed-tensors (pack-quantized)";
   if (ends_with(name, ".qweight") || ends_with(name, ".qzeros") || ends_with(name, ".g_idx"))
     return "gptq/awq packed int4";
   if (ends_with(name, "_blocks")) return "mxfp4 (gpt-oss layout: *_blocks / *_scales)";
@@ -350,6 +449,30 @@ Detection detect_formats(const Checkpoint& ck) {
     for (const auto* p : d.parts) consumed.insert(p->name);
     det.tensors.push_back(std::move(d));
   }
+  // Pass 1b: compressed-tensors pack-quantized INT4 weights.
+  for (const TensorInfo* t : ck.tensors()) {
+    if (!ends_with(t->name, ".weight_packed")) continue;
+    const std::string base = t->name.substr(0, t->name.size() - 14);
+    DetectedTensor d;
+    d.name = base;
+    std::string evidence;
+    if (!classify_int4(ck, base, *t, &d, &evidence)) continue;  // pass 2 names it unsupported
+    if (meta.quant_method != "compressed-tensors" && !meta.quant_method.empty())
+      det.warnings.push_back(base + ": config.json says quant_method " + meta.quant_method +
+                             " but the tensors are compressed-tensors int4 (" + evidence + "); using int4");
+    if (!meta.ct_desc.empty()) {
+      if (d.cols / d.parts[1]->shape[1] != meta.ct_group)
+        fail(t->file, ": tensor ", base, ".weight_scale has groups of ", d.cols / d.parts[1]->shape[1],
+             " but ", meta.ct_desc, " says group_size ", meta.ct_group);
+      d.provenance = meta.ct_desc + "; tensors agree: " + evidence;
+    } else {
+      d.provenance = "tensors: " + evidence;
+    }
+    d.params = uint64_t(d.rows) * uint64_t(d.cols);
+    d.bytes = parts_bytes(d);
+    for (const auto* p : d.parts) consumed.insert(p->name);
+    det.tensors.push_back(std::move(d));
+  }
   // Pass 2: everything else stands alone.
   for (const TensorInfo* t : ck.tensors()) {
     if (consumed.count(t->name)) continue;
@@ -363,9 +486,10 @@ Detection detect_formats(const Checkpoint& ck) {
       if (method) break;
       if (ends_with(t->name, suffix)) {
         std::string base = t->name.substr(0, t->name.size() - std::string(suffix).size());
-        // The scale of a layout nibble recognises but cannot run.
+        // The scale of a layout nibble recognises but cannot run (a
+        // pack-quantized weight nibble can run was consumed in pass 1).
         if (ck.find(base + ".weight_packed")) {
-          method = "compressed-tensors (pack-quantized)";
+          method = "compressed-tensors (pack-quantized) weight that is not int4 symmetric";
           break;
         }
         if (ck.find(base + ".qweight")) {
@@ -427,6 +551,10 @@ WeightView weight_view(const DetectedTensor& t) {
     case Format::fp8_block128:
       v.scales = t.parts[1]->data;
       v.fp8_scale = t.parts[1]->dtype == DType::F32 ? Fp8ScaleType::f32 : Fp8ScaleType::ue8m0;
+      break;
+    case Format::int4:
+      v.scales = t.parts[1]->data;
+      v.group = t.cols / t.parts[1]->shape[1];
       break;
     default:
       break;

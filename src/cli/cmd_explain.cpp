@@ -17,6 +17,7 @@
 #include "cli/load_flags.h"
 #include "cli/human.h"
 #include "kernels/plan.h"
+#include "nibble/engine.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -97,7 +98,7 @@ nlohmann::json plan_json(const Plan& plan) {
   };
 }
 
-void print_plan(const std::string& path, const Plan& plan) {
+void print_plan(const std::string& path, const Plan& plan, bool arch_runs) {
   const Device& d = plan.device;
   std::printf("model     %s\n          %s, %lld layers, %s parameters (+ %s in MTP)\n", path.c_str(),
               plan.architecture.empty() ? "(no architecture in config.json)" : plan.architecture.c_str(),
@@ -108,7 +109,12 @@ void print_plan(const std::string& path, const Plan& plan) {
               d.hypothetical ? " (hypothetical)" : "", d.description.c_str(), d.cores,
               d.kind == DeviceKind::cpu ? (d.cores == 1 ? "thread" : "threads") : (d.cores == 1 ? "SM" : "SMs"),
               d.bandwidth_gbps, d.bandwidth_source.c_str());
-  if (plan.backend.empty())
+  if (!arch_runs) {
+    std::string runs;
+    for (const auto& a : runnable_architectures()) runs += (runs.empty() ? "" : ", ") + a;
+    std::printf("backend   none: nibble does not run %s yet (it runs %s); only its kernels are planned\n\n",
+                plan.architecture.empty() ? "a model without an architecture" : plan.architecture.c_str(), runs.c_str());
+  } else if (plan.backend.empty())
     std::printf("backend   none: nibble has no backend for %s yet; only its kernels are planned\n\n", d.name.c_str());
   else
     std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"
@@ -127,7 +133,11 @@ void print_plan(const std::string& path, const Plan& plan) {
     if (!g.note.empty()) std::printf("    note: %s\n", g.note.c_str());
   }
   const auto missing = unplanned_groups(plan);
-  if (missing.empty()) {
+  if (!arch_runs) {
+    std::printf("\nNOT RUNNABLE: nibble has no forward for %s yet (its weights would read %s per token)\n",
+                plan.architecture.empty() ? "a model without an architecture" : plan.architecture.c_str(),
+                human_bytes(double(plan.bytes_per_token)).c_str());
+  } else if (missing.empty()) {
     std::printf("\ndecode reads %s of weights per token -> at most %.2f tokens/s at %.1f GB/s\n",
                 human_bytes(double(plan.bytes_per_token)).c_str(), plan.bound_tokens_per_s, d.bandwidth_gbps);
   } else {
@@ -184,14 +194,24 @@ int run_explain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "[nibble] measured %.1f GB/s in %.2f s\n", device.bandwidth_gbps,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   Plan plan = make_plan(*ck, det, device, opt);
+  // The kernels of any checkpoint can be planned; a forward exists only for
+  // the architectures the Engine runs.
+  const std::vector<std::string> runs = runnable_architectures();
+  const bool arch_runs = std::find(runs.begin(), runs.end(), plan.architecture) != runs.end();
+  if (!arch_runs) plan.backend.clear();
   const auto missing = unplanned_groups(plan);
   if (args.has("--json")) {
     nlohmann::json j = plan_json(plan);
-    j["runnable"] = missing.empty();
-    if (!missing.empty()) j["bound_tokens_per_s"] = nullptr;
+    j["runnable"] = missing.empty() && arch_runs;
+    if (!missing.empty() || !arch_runs) j["bound_tokens_per_s"] = nullptr;
     std::cout << j.dump(2) << "\n";
   } else {
-    print_plan(ck->path(), plan);
+    print_plan(ck->path(), plan, arch_runs);
+  }
+  if (!arch_runs) {
+    std::fprintf(stderr, "nibble explain: error: architecture \"%s\" is not supported yet: nibble plans its kernels "
+                 "but cannot run it\n", plan.architecture.c_str());
+    return 1;
   }
   if (!missing.empty()) {
     std::fprintf(stderr, "nibble explain: error: %zu tensor group(s) have no kernel on %s (first: %s); "

@@ -9,6 +9,7 @@ const char* format_name(Format f) {
     case Format::fp8_block128: return "fp8_block128";
     case Format::bf16: return "bf16";
     case Format::f32: return "f32";
+    case Format::int4: return "int4";
     case Format::int_index: return "int";
   }
   return "?";
@@ -16,7 +17,7 @@ const char* format_name(Format f) {
 
 std::optional<Format> parse_format(std::string_view name) {
   for (Format f : {Format::mxfp4, Format::nvfp4, Format::fp8_block128, Format::bf16, Format::f32,
-                   Format::int_index}) {
+                   Format::int4, Format::int_index}) {
     if (name == format_name(f)) return f;
   }
   return std::nullopt;

@@ -1,6 +1,7 @@
 #include "format/weight_view.h"
 
 #include "format/element.h"
+#include "format/int4.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -16,6 +17,7 @@ uint64_t WeightView::bytes() const {
     }
     case Format::bf16: return n * 2;
     case Format::f32: return n * 4;
+    case Format::int4: return n / 2 + (group > 0 ? n / uint64_t(group) * 2 : 0);
     case Format::int_index: return n * 8;
   }
   return n;
@@ -29,6 +31,10 @@ void dequantize_row(const WeightView& w, int64_t r, float* out) {
       return;
     case Format::nvfp4:
       nvfp4_dequantize_row(w.data + r * (c / 2), w.scales + r * (c / kNvfp4Block), c, w.global_scale, out);
+      return;
+    case Format::int4:
+      int4_dequantize_row(w.data + r * (c / 2), reinterpret_cast<const uint16_t*>(w.scales) + r * (c / w.group), c,
+                          w.group, out);
       return;
     case Format::fp8_block128: {
       const int64_t scale_cols = (c + kFp8Tile - 1) / kFp8Tile;

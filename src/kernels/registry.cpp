@@ -19,6 +19,10 @@ namespace {
 const std::vector<Format> kAllWeightFormats = {Format::mxfp4, Format::nvfp4, Format::fp8_block128,
                                                Format::bf16, Format::f32};
 const std::vector<Format> kFp4Formats = {Format::mxfp4, Format::nvfp4};
+// The scalar reference also runs compressed-tensors' INT4 (format/int4.h);
+// the SIMD kernels do not yet.
+const std::vector<Format> kRefFormats = {Format::mxfp4, Format::nvfp4, Format::fp8_block128,
+                                         Format::bf16,  Format::f32,   Format::int4};
 constexpr const char* kInt8Acts = "quantizes activations to int8";
 
 std::string needs_cpu(const Device& d) {
@@ -37,9 +41,9 @@ std::string needs_avx512(const Device& d) { return needs_cpu_isa(d, CpuIsa::avx5
 
 const std::vector<KernelDesc>& kernel_registry() {
   static const std::vector<KernelDesc> registry = {
-      {"cpu_ref", Op::linear, kAllWeightFormats, needs_cpu, 0, 0.03, 0.01, "scalar, f64 accumulate",
+      {"cpu_ref", Op::linear, kRefFormats, needs_cpu, 0, 0.03, 0.01, "scalar, f64 accumulate",
        linear_ref, nullptr},
-      {"cpu_ref", Op::moe, kAllWeightFormats, needs_cpu, 0, 0.03, 0.01, "scalar, f64 accumulate",
+      {"cpu_ref", Op::moe, kRefFormats, needs_cpu, 0, 0.03, 0.01, "scalar, f64 accumulate",
        nullptr, moe_ref},
       // ---- kernels/cpu SIMD kernels (owner: kernels branch). The exact
       // kernels are the default for every format; the _int8 ones differ only

@@ -86,6 +86,15 @@ void check_weight_codes(const WeightView& w, bool fp8_codes) {
           fail("tensor ", w.name, ": FP8 weight ", where(i, w.cols), " is an E4M3 NaN code");
       return;
     }
+    case Format::int4: {
+      // A BF16 scale whose exponent bits are all ones is Inf or NaN.
+      const int64_t per_row = w.cols / w.group;
+      const auto* s = reinterpret_cast<const uint16_t*>(w.scales);
+      for (int64_t i = 0; i < w.rows * per_row; ++i)
+        if ((s[i] & 0x7F80) == 0x7F80)
+          fail("tensor ", w.name, ": INT4 scale ", where(i, per_row), " is a BF16 ", (s[i] & 0x7F) ? "NaN" : "infinity");
+      return;
+    }
     case Format::bf16:
     case Format::f32:
     case Format::int_index:

@@ -21,6 +21,10 @@ std::optional<WeightView> row_slice(const WeightView& w, int64_t r0, int64_t cou
       v.data = w.data + r0 * (c / 2);
       v.scales = w.scales + r0 * (c / kNvfp4Block);
       return v;
+    case Format::int4:
+      v.data = w.data + r0 * (c / 2);
+      v.scales = w.scales + r0 * (c / w.group) * 2;  // BF16 scales
+      return v;
     case Format::fp8_block128: {
       if (r0 % kFp8Tile) return std::nullopt;
       const int64_t scale_cols = (c + kFp8Tile - 1) / kFp8Tile;

@@ -96,6 +96,11 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
   if (k < 1 || k > kMaxDraftTokens) fail("--spec-draft-tokens must be in [1, ", kMaxDraftTokens, "], got ", k);
   if (!model.has_draft()) fail("speculative decoding needs the model's MTP layer: ", model.draft_unavailable());
   if (prompt.empty()) fail("prefill: the prompt has no tokens");
+  // Tokens that rejection sampling picks are not drawn by Sampler::sample,
+  // so per-token log-probabilities would be missing for them.
+  if (options.sampler.observe)
+    fail("speculative decoding (--spec-draft-tokens) does not report per-token log-probabilities; "
+         "turn it off (--no-spec) to get them");
   std::vector<int64_t> stops = options.stop_tokens;
   if (options.use_model_eos)
     for (int64_t e : model.eos_token_ids()) stops.push_back(e);

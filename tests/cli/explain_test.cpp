@@ -198,8 +198,7 @@ TEST(Explain, UnsupportedMethodsAreNamedNotMisread) {
     const char* dir;
     const char* method;
   };
-  for (Case c : {Case{"gptq", "gptq"}, Case{"awq", "awq"}, Case{"kimi_compressed_tensors", "compressed-tensors"},
-                 Case{"gpt_oss_mxfp4", "mxfp4"}}) {
+  for (Case c : {Case{"gptq", "gptq"}, Case{"awq", "awq"}, Case{"gpt_oss_mxfp4", "mxfp4"}}) {
     RunResult r = run_nibble({"explain", kFixtures + c.dir, "--bandwidth", "100"});
     EXPECT_EQ(r.exit_code, 1) << c.dir;
     EXPECT_TRUE(contains(r.err, c.method)) << c.dir << ": " << r.err;
@@ -207,6 +206,30 @@ TEST(Explain, UnsupportedMethodsAreNamedNotMisread) {
     RunResult inspect = run_nibble({"inspect", kFixtures + c.dir, "--json"});
     EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
   }
+}
+
+// Kimi K2's layout: compressed-tensors pack-quantized INT4 experts are
+// detected and planned (cpu_ref runs them), but the architecture has no
+// forward yet, which explain says instead of a tokens/s bound.
+TEST(Explain, KimiInt4ExpertsArePlannedButTheArchitectureIsNotRun) {
+  RunResult r = run_nibble({"explain", kFixtures + "kimi_compressed_tensors", "--bandwidth", "100"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "architecture \"DeepseekV3ForCausalLM\" is not supported yet")) << r.err;
+  EXPECT_TRUE(contains(r.out, "NOT RUNNABLE: nibble has no forward for DeepseekV3ForCausalLM")) << r.out;
+  EXPECT_FALSE(contains(r.out, "tokens/s at")) << r.out;
+  RunResult j = run_nibble({"explain", kFixtures + "kimi_compressed_tensors", "--bandwidth", "100", "--json"});
+  json plan = json::parse(j.out);
+  EXPECT_EQ(plan["runnable"], false);
+  EXPECT_TRUE(plan["backend"].is_null());
+  EXPECT_TRUE(plan["bound_tokens_per_s"].is_null());
+  json routed = only_group(plan, "routed_experts");
+  EXPECT_EQ(routed["format"], "int4");
+  EXPECT_EQ(routed["kernel"], "cpu_ref");
+  EXPECT_TRUE(contains(routed["provenance"], "compressed-tensors pack-quantized: num_bits 4, type int, symmetric, "
+                                              "strategy group, group_size 32"))
+      << routed["provenance"];
+  EXPECT_TRUE(contains(routed["provenance"], "I32 .weight_packed + BF16 .weight_scale per 32 + .weight_shape"))
+      << routed["provenance"];
 }
 
 TEST(Explain, TensorsWinOverContradictingMetadata) {

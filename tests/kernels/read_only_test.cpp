@@ -39,6 +39,7 @@ RowBytes row_bytes(const WeightView& w, int64_t r) {
       break;
     case Format::bf16: code_bytes = 2 * w.cols; break;
     case Format::f32: code_bytes = 4 * w.cols; break;
+    case Format::int4: code_bytes = w.cols / 2; scale_bytes = w.cols / w.group * 2; s = w.scales + r * scale_bytes; break;
     case Format::int_index: break;
   }
   RowBytes b;

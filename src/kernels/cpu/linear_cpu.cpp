@@ -86,6 +86,7 @@ x86::RawWeights raw_weights(const WeightView& w) {
       break;
     case Format::bf16: r.kind = x86::WeightKind::bf16; break;
     case Format::f32: r.kind = x86::WeightKind::f32; break;
+    case Format::int4: fail("tensor ", w.name, ": the SIMD kernels do not run int4 yet (cpu_ref does)");
     case Format::int_index: fail("tensor ", w.name, ": an integer index tensor is not a weight matrix");
   }
   const bool scaled = w.format == Format::mxfp4 || w.format == Format::nvfp4 || w.format == Format::fp8_block128;

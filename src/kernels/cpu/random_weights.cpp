@@ -102,6 +102,20 @@ OwnedWeights random_weights(Format format, int64_t rows, int64_t cols, uint64_t 
       }
       break;
     }
+    case Format::int4: {
+      // Kimi K2's group of 32; every code drawn (the -8 that a symmetric
+      // quantizer rarely writes included), positive BF16 scales 2^-9 .. 2^-6.
+      v.group = 32;
+      if (cols % v.group) fail("random_weights: int4 needs cols % 32 == 0, got ", cols);
+      w.data.resize(n / 2);
+      fill_bytes(w.data.data(), w.data.size(), rng);
+      w.scales.resize(n / size_t(v.group) * 2);
+      for (size_t i = 0; i < n / size_t(v.group); ++i) {
+        const uint16_t h = bf16_encode(float(std::ldexp(1.0 + rng.uniform(), -9 + int(rng.below(3)))));
+        std::memcpy(w.scales.data() + 2 * i, &h, 2);
+      }
+      break;
+    }
     case Format::bf16: {
       w.data.resize(n * 2);
       std::vector<float> f(static_cast<size_t>(cols));

@@ -26,7 +26,7 @@ struct OwnedWeights {
 };
 
 // W[rows, cols] in `format` (not int_index). FP4 formats need cols divisible
-// by their block (32 / 16). E4M3 NaN codes (0x7F, 0xFF) are never drawn.
+// by their block (32 / 16), int4 by its group (32). E4M3 NaN codes (0x7F, 0xFF) are never drawn.
 OwnedWeights random_weights(Format format, int64_t rows, int64_t cols, uint64_t seed,
                             Fp8ScaleType fp8_scale = Fp8ScaleType::ue8m0);
 
