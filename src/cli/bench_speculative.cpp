@@ -41,7 +41,7 @@ double expected_tokens_per_step(int64_t k, double a) {
 }
 
 void bench_speculative(Engine& engine, int64_t K, int64_t prompt_tokens, int64_t steps, int64_t new_tokens,
-                       uint64_t seed, bool json) {
+                       uint64_t seed, bool json, const std::vector<int32_t>& text) {
   if (const std::string why = engine.draft_unavailable(); !why.empty())
     fail("--spec-draft-tokens ", K, ": speculative decoding needs the model's MTP layer: ", why);
   using Clock = std::chrono::steady_clock;
@@ -52,7 +52,9 @@ void bench_speculative(Engine& engine, int64_t K, int64_t prompt_tokens, int64_t
     for (int32_t& x : t) x = int32_t(rng() % uint64_t(V));
     return t;
   };
-  const std::vector<int32_t> prompt = random_tokens(prompt_tokens);
+  const std::vector<int32_t> prompt =
+      text.empty() ? random_tokens(prompt_tokens)
+                   : std::vector<int32_t>(text.begin(), text.begin() + std::min<int64_t>(prompt_tokens, int64_t(text.size())));
 
   // Verify cost: steps of 1 .. K + 1 tokens at the same position.
   const SeqId s = engine.create();
@@ -129,8 +131,8 @@ void bench_speculative(Engine& engine, int64_t K, int64_t prompt_tokens, int64_t
     std::printf("]}}\n");
     return;
   }
-  std::printf("\n# speculative decoding (MTP draft), 1 sequence at position %lld, %lld interleaved steps per k\n",
-              (long long)P, (long long)steps);
+  std::printf("\n# speculative decoding (MTP draft), 1 sequence at position %lld (%s prompt), %lld interleaved steps per k\n",
+              (long long)P, text.empty() ? "random-token" : "text", (long long)steps);
   std::printf("#   plain decode step %.3f ms, %s read, %lld distinct experts\n", med[0] * 1e3,
               std::to_string(bytes[0] / 1000000).append(" MB").c_str(), (long long)experts[0]);
   for (int64_t k = 1; k <= K; ++k)

@@ -17,6 +17,8 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "cli/args.h"
@@ -45,6 +47,8 @@ const std::vector<OptionSpec> kOptions = {
                                  "greedy tokens/s and acceptance with k = K (default 0: off)"},
     {"--no-spec", "", "no speculative decoding section (the default)"},
     {"--spec-new-tokens", "N", "tokens the speculative section's greedy runs generate (default 32)"},
+    {"--spec-prompt-file", "PATH", "the speculative section's prompt: this text's first --prompt-tokens tokens "
+                                   "(default: random tokens; acceptance on random tokens means little)"},
     {"--json", "", "one JSON object per row"},
 };
 
@@ -180,7 +184,18 @@ int bench_decode(const std::vector<std::string>& argv) {
     r.ratio = r.decode_tps / r.bound_tps;
     print_row(r, json, bw_source);
   }
-  if (spec_k > 0) bench_speculative(*engine, spec_k, prompt, steps, spec_new, seed, json);
+  if (spec_k > 0) {
+    std::vector<int32_t> text;
+    if (args.has("--spec-prompt-file")) {
+      const std::string path = args.str("--spec-prompt-file", "");
+      std::ifstream f(path, std::ios::binary);
+      if (!f) usage_fail("--spec-prompt-file ", path, ": cannot read it");
+      const std::string body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      text = engine->tokenize(body, false);
+      if (engine->bos_token_id() >= 0) text.insert(text.begin(), int32_t(engine->bos_token_id()));
+    }
+    bench_speculative(*engine, spec_k, prompt, steps, spec_new, seed, json, text);
+  }
   return 0;
 }
 

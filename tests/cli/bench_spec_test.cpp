@@ -72,3 +72,38 @@ TEST(ExplainSpec, SaysWhetherAndWhy) {
 
 }  // namespace
 }  // namespace nibble::testing
+
+namespace nibble::testing {
+namespace {
+
+// `nibble run --spec-draft-tokens K`: the same greedy text as without, the
+// acceptance in the summary; a model without an MTP layer is a clear error.
+TEST(RunSpec, SameTextAndSummary) {
+  const std::string stock = std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/dsv4/flash_tiny_stock";
+  const std::vector<std::string> base = {"run", stock, "-p", "The river ran past the", "-n", "20", "--temp", "0",
+                                         "-t", "2", "--bandwidth", "10"};
+  RunResult plain = run_nibble(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto with = base;
+  with.insert(with.end(), {"--spec-draft-tokens", "3"});
+  RunResult spec = run_nibble(with);
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(spec.out, plain.out);
+  EXPECT_NE(spec.err.find("speculative:"), std::string::npos) << spec.err;
+  EXPECT_NE(spec.err.find("mean accepted length"), std::string::npos) << spec.err;
+  with.push_back("--no-spec");
+  RunResult off = run_nibble(with);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(off.err.find("speculative:"), std::string::npos) << off.err;
+  // The shipped model has no MTP layer.
+  RunResult none = run_nibble({"run", "-p", "ROMEO.", "-n", "4", "--spec-draft-tokens", "2", "-t", "2", "--bandwidth", "10"});
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("--spec-draft-tokens 2: speculative decoding needs the model's MTP layer"), std::string::npos)
+      << none.err;
+  RunResult range = run_nibble({"run", stock, "-p", "x", "--spec-draft-tokens", "99"});
+  EXPECT_NE(range.exit_code, 0);
+  EXPECT_NE(range.err.find("--spec-draft-tokens"), std::string::npos) << range.err;
+}
+
+}  // namespace
+}  // namespace nibble::testing
