@@ -94,6 +94,12 @@ inline __m512 e2m1_table() {
                         -3.0f, -4.0f, -6.0f);
 }
 
+// A compile-time flag for a lambda's argument (no <type_traits> here).
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
+
 // Lane scales of group g of a row's scales (all of it, or the `rem` columns
 // of a partial last group).
 template <bool kNv>
@@ -162,9 +168,12 @@ void fp4_rows(const uint8_t* w0, const uint8_t* s0, int64_t cols, const float* c
   const float* x[T];
   const uint8_t* p[R];
   // Full groups; the row's last 64 bytes with masks when they end it (their
-  // shifted copies would reach past it).
+  // shifted copies would reach past it). The masked group runs outside the
+  // loop: with the branch between the two inside it, GCC kept the
+  // accumulators in memory across iterations (as it did in bf16_rows,
+  // linear_avx512.cpp).
   const int64_t plain = rem > 0 ? full : full - 1;
-  for (int64_t g = 0; g < full; ++g) {
+  auto group = [&](int64_t g, auto masked) __attribute__((always_inline)) {
     __m512 s[R];
     for (int r = 0; r < R; ++r) {
       p[r] = w0 + r * wbytes + 64 * g;
@@ -179,9 +188,10 @@ void fp4_rows(const uint8_t* w0, const uint8_t* s0, int64_t cols, const float* c
       s[r] = group_scales<kNv>(s0 + r * sbytes, g, 0);
     }
     for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * g;
-    if (g < plain) group_step<R, T, false>(p, 64, s, x, acc);
-    else group_step<R, T, true>(p, 64, s, x, acc);
-  }
+    group_step<R, T, decltype(masked)::value>(p, 64, s, x, acc);
+  };
+  for (int64_t g = 0; g < plain; ++g) group(g, Masked<false>{});
+  if (plain < full) group(plain, Masked<true>{});
   if (rem > 0) {
     // A multiple of 32 (MXFP4) or 16 (NVFP4) columns: rem / 2 bytes, read
     // with masks (missing codes are 0 and meet zero activations).

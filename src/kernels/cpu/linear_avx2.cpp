@@ -9,8 +9,9 @@
 // token) dot product with the same operations in the same order whatever
 // the tokens per pass, the rows per block, the thread's row range and the
 // token's place in the batch; nothing is summed across tokens or rows. FP8:
-// see fp8_rows; exact FP4: fp4_f32_avx2.cpp; int8 FP4, BF16, F32: one row
-// at a time, one accumulator chain per token, int8 quantization per token.
+// see fp8_rows; exact FP4: fp4_f32_avx2.cpp; BF16: see bf16_rows; int8
+// FP4, F32: one row at a time, one accumulator chain per token, int8
+// quantization per token.
 //
 // Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx2.h here, no
 // STL, everything but the entry points in an anonymous namespace (see
@@ -180,6 +181,12 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
 
 // ---- FP8 block-128 ---------------------------------------------------------------
 
+// A compile-time flag for a lambda's argument (no <type_traits> here).
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
+
 inline float ue8m0_value(uint8_t e) {
   if (e == 0) return bits_to_float(0x00400000u);
   if (e == 255) return bits_to_float(0x7FC00000u);
@@ -225,7 +232,9 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+  // One 128-column tile from c0; masked: the row's last, partial tile. Full
+  // tiles loop apart from it (see bf16_rows).
+  auto tile = [&](int64_t c0, auto masked) __attribute__((always_inline)) {
     const __m256 s = _mm256_set1_ps(tile_scale[c0 / 128]);
     const int64_t width = cols - c0 < 128 ? cols - c0 : 128;
     const uint8_t* row[R];
@@ -238,7 +247,8 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
       for (int r = 0; r < R; ++r) {
         // One line per 64 columns, as they are consumed (see the AVX-512 file).
         if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(row[r] + col + kPrefetch), _MM_HINT_T0);
-        fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        if constexpr (decltype(masked)::value) fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        else e4m3x16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + col)), &lo[r], &hi[r]);
       }
       for (int t = 0; t < T; ++t) {
         const float* xt = reinterpret_cast<const float*>(acts[t]) + c0 + col;
@@ -249,44 +259,95 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
         }
       }
     };
-    if (width == 128) {
-      for (int64_t col = 0; col < 128; col += 16) chunk(col, 16);
-    } else {
+    if constexpr (decltype(masked)::value) {
       for (int64_t col = 0; col < width; col += 16) chunk(col, width - col);
+    } else {
+      for (int64_t col = 0; col < 128; col += 16) chunk(col, 16);
     }
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(tmp[r][t], s, acc[r][t]);
-  }
+  };
+  const int64_t full = cols / 128 * 128;
+  for (int64_t c0 = 0; c0 < full; c0 += 128) tile(c0, Masked<false>{});
+  if (full < cols) tile(full, Masked<true>{});
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) dots[r * T + t] = hsum(acc[r][t]);
 }
 
 // ---- BF16 and F32 ----------------------------------------------------------------
 
-template <int T>
-void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+// dots[r * T + t] for R rows of `ldw` bytes from w0. Per (row, token), for
+// every R and T: per 16 columns in column order acc = fma(even, x_even,
+// acc), acc = fma(odd, x_odd, acc), then one horizontal sum (the one-row
+// arithmetic this replaced: results are bitwise unchanged). R rows give R
+// independent chains per token (one chain is two dependent FMAs per 32
+// bytes) and share every x load (see bf16_rows in linear_avx512.cpp).
+template <int R, int T>
+void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* const* acts, float* dots) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   const __m256i hi_mask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
-  for (int64_t c = 0; c < cols; c += 16) {
-    if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * c + kPrefetch), _MM_HINT_T0);
-    __m256i v;
-    if (c + 16 <= cols) {
-      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 2 * c));
-    } else {
-      alignas(32) uint8_t buf[64];
-      copy_tail(wrow + 2 * c, 2 * (cols - c), buf);
-      v = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+  // 16 columns from c; masked: the row's last, partial 16.
+  auto step = [&](int64_t c, auto masked) __attribute__((always_inline)) {
+    __m256 even[R], odd[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w0 + r * ldw + 2 * c;
+      if ((c & 31) == 0) {
+        // kPrefetch ahead; past the row's end, the same row of the next block.
+        const uint8_t* ahead = p + kPrefetch + (2 * c + kPrefetch < ldw ? 0 : (R - 1) * ldw);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      }
+      __m256i v;
+      if constexpr (decltype(masked)::value) {
+        alignas(32) uint8_t buf[64];
+        copy_tail(p, 2 * (cols - c), buf);
+        v = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+      } else {
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      }
+      even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      odd[r] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
     }
-    __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
     for (int t = 0; t < T; ++t) {
       const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
-      acc[t] = _mm256_fmadd_ps(even, _mm256_load_ps(xt), acc[t]);
-      acc[t] = _mm256_fmadd_ps(odd, _mm256_load_ps(xt + 8), acc[t]);
+      const __m256 xe = _mm256_load_ps(xt), xo = _mm256_load_ps(xt + 8);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm256_fmadd_ps(even[r], xe, acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(odd[r], xo, acc[r][t]);
+      }
     }
+  };
+  // The tail outside the loop (see bf16_rows in linear_avx512.cpp: with it
+  // inside, GCC stored the accumulators on every iteration).
+  const int64_t full = cols / 16 * 16;
+  for (int64_t c = 0; c < full; c += 16) step(c, Masked<false>{});
+  if (full < cols) step(full, Masked<true>{});
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) dots[r * T + t] = hsum(acc[r][t]);
+}
+
+// BF16 rows [r0, r1) x tokens [t0, t0 + T), kBf16Rows<T> at a time: AVX2's
+// 16 registers hold 4 rows' weights and accumulators for one token, 2 rows'
+// for up to 4.
+template <int T>
+constexpr int kBf16Rows = T == 1 ? 4 : 2;
+template <int T>
+void bf16_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                const RowsOut& out) {
+  constexpr int R = kBf16Rows<T>;
+  const int64_t ldw = w.cols * 2;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    float dots[R * T];
+    bf16_rows<R, T>(w.data + r * ldw, ldw, w.cols, acts, dots);
+    for (int i = 0; i < R; ++i) store_row<T>(out, r + i, t0, dots + i * T, 1.0f);
   }
-  for (int t = 0; t < T; ++t) dots[t] = hsum(acc[t]);
+  for (; r < r1; ++r) {
+    float dots[T];
+    bf16_rows<1, T>(w.data + r * ldw, ldw, w.cols, acts, dots);
+    store_row<T>(out, r, t0, dots, 1.0f);
+  }
 }
 
 template <int T>
@@ -373,6 +434,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
     return;
   }
+  if (w.kind == WeightKind::bf16) {
+    bf16_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
   float dots[T] = {};
   const int64_t cols = w.cols;
   for (int64_t r = r0; r < r1; ++r) {
@@ -386,12 +451,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
         fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
         scale = 0.5f * 256.0f * w.global_scale;
         break;
-      case WeightKind::bf16:
-        bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
-        break;
       case WeightKind::f32:
         f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
+      case WeightKind::bf16:       // bf16_range
       case WeightKind::fp8_ue8m0:
       case WeightKind::fp8_f32: break;  // fp8_range
     }

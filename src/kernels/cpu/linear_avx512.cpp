@@ -12,9 +12,10 @@
 // pass (1..4), the rows per block R, the row range a thread was given and
 // the token's place in the batch; T and R only decide which pairs run side
 // by side, and nothing is summed across tokens or rows. FP8: see fp8_rows;
-// exact FP4: fp4_f32_avx512.cpp; int8 FP4, BF16, F32: one row at a time,
-// one accumulator chain per token; int8 activations are quantized per
-// token. tests/kernels/batch_invariance_test.cpp checks it bitwise.
+// exact FP4: fp4_f32_avx512.cpp; BF16: see bf16_rows; int8 FP4, F32: one
+// row at a time, one accumulator chain per token; int8 activations are
+// quantized per token. tests/kernels/batch_invariance_test.cpp checks it
+// bitwise.
 //
 // Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx512.h here, no
 // STL, everything but the entry points in an anonymous namespace (see
@@ -218,7 +219,16 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
 //
 // (Tried and dropped: widening E4M3 to bf16 and vdpbf16ps against bf16 x.
 // vdpbf16ps issues once per cycle with latency 7 here, so it costs what two
-// FMAs cost, and x would be rounded.)
+// FMAs cost, and x would be rounded. Also dropped, on Zen 4: E4M3 -> f32 by
+// integer ops, (sign-extended code << 20) & 0x87F00000 times 2^112, to
+// avoid vcvtph2ps (~0.57 per cycle for zmm): 8 ops per 32 weights instead
+// of 6 lost 3% at one token and 10% at four, bench --resident 512 x 4096.)
+
+// A compile-time flag for a lambda's argument (no <type_traits> here).
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
 
 inline float ue8m0_value(uint8_t e) {
   if (e == 0) return bits_to_float(0x00400000u);  // 2^-127, a subnormal
@@ -261,7 +271,9 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+  // One 128-column tile from c0; masked: the row's last, partial tile (its
+  // chunks read with masks). Full tiles loop apart from it, as in bf16_rows.
+  auto tile = [&](int64_t c0, auto masked) __attribute__((always_inline)) {
     const __m512 s = _mm512_set1_ps(tile_scale[c0 / 128]);
     const int64_t width = cols - c0 < 128 ? cols - c0 : 128;
     const uint8_t* row[R];
@@ -282,7 +294,8 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
           const uint8_t* ahead = row[r] + col + kPrefetch + (c0 + col + kPrefetch < cols ? 0 : (R - 1) * ldw);
           _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
         }
-        fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        if constexpr (decltype(masked)::value) fp8_chunk(row[r] + col, n, &lo[r], &hi[r]);
+        else e4m3x32_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + col)), &lo[r], &hi[r]);
       }
       for (int t = 0; t < T; ++t) {
         const float* xt = reinterpret_cast<const float*>(acts[t]) + c0 + col;
@@ -293,14 +306,17 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
         }
       }
     };
-    if (width == 128) {
-      for (int64_t col = 0; col < 128; col += 32) chunk(col, 32);
-    } else {
+    if constexpr (decltype(masked)::value) {
       for (int64_t col = 0; col < width; col += 32) chunk(col, width - col);
+    } else {
+      for (int64_t col = 0; col < 128; col += 32) chunk(col, 32);
     }
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(tmp[r][t], s, acc[r][t]);
-  }
+  };
+  const int64_t full = cols / 128 * 128;
+  for (int64_t c0 = 0; c0 < full; c0 += 128) tile(c0, Masked<false>{});
+  if (full < cols) tile(full, Masked<true>{});
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
@@ -309,25 +325,78 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale /*x 2^8*/,
 // BF16 and F32
 // ============================================================================
 
-template <int T>
-void bf16_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, float* dots) {
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+// dots[r * T + t] = sum over cols of W[r] * x_t for R rows of `ldw` bytes
+// starting at w0. Per (row, token) pair, for every R and T: per 32 columns
+// in column order acc = fma(even, x_even, acc), acc = fma(odd, x_odd, acc),
+// then one horizontal sum (batch invariance; the same arithmetic as the
+// one-row form this replaced, so results are bitwise unchanged).
+//
+// Why R rows: with one row the pair's accumulator is one chain of two
+// dependent FMAs per 64 bytes, 8 cycles at FMA latency 4, which held one
+// token to ~8 bytes per cycle per core; and at 4 tokens one row streams the
+// tokens' 64 KB of x from L2 per 8 KB row (8 x loads per 8 FMAs, the L2's
+// 64 bytes per cycle), which held the LM head at 8 tokens to ~25% of the
+// FMA peak. R = 4 rows give R chains per token and share each x load
+// over R rows.
+template <int R, int T>
+void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* const* acts, float* dots) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   const __m512i hi_mask = _mm512_set1_epi32(int32_t(0xFFFF0000u));
-  for (int64_t c = 0; c < cols; c += 32) {
-    if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(wrow + 2 * c + kPrefetch), _MM_HINT_T0);
-    __m512i v;
-    if (c + 32 <= cols) v = _mm512_loadu_si512(wrow + 2 * c);
-    else v = _mm512_maskz_loadu_epi16(__mmask32((1ull << (cols - c)) - 1), wrow + 2 * c);
-    __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+  // 32 columns from c; kMasked: the row's last, partial 32.
+  auto step = [&](int64_t c, auto masked) __attribute__((always_inline)) {
+    __m512 even[R], odd[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w0 + r * ldw + 2 * c;
+      // kPrefetch ahead in this row; past its end, into the same row of
+      // the next block of R (the order memory is consumed in).
+      if (kPrefetch) {
+        const uint8_t* ahead = p + kPrefetch + (2 * c + kPrefetch < ldw ? 0 : (R - 1) * ldw);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      }
+      __m512i v;
+      if constexpr (decltype(masked)::value) v = _mm512_maskz_loadu_epi16(__mmask32((1ull << (cols - c)) - 1), p);
+      else v = _mm512_loadu_si512(p);
+      even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      odd[r] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+    }
     for (int t = 0; t < T; ++t) {
       const float* xt = reinterpret_cast<const float*>(acts[t]) + c;
-      acc[t] = _mm512_fmadd_ps(even, _mm512_load_ps(xt), acc[t]);
-      acc[t] = _mm512_fmadd_ps(odd, _mm512_load_ps(xt + 16), acc[t]);
+      const __m512 xe = _mm512_load_ps(xt), xo = _mm512_load_ps(xt + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(even[r], xe, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(odd[r], xo, acc[r][t]);
+      }
     }
+  };
+  // The full columns in a loop of their own: with the masked tail's branch
+  // inside it, GCC stored all R x T accumulators to the stack on every
+  // iteration (16 zmm stores per 32 FMAs at R = T = 4).
+  const int64_t full = cols / 32 * 32;
+  for (int64_t c = 0; c < full; c += 32) step(c, Masked<false>{});
+  if (full < cols) step(full, Masked<true>{});
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// BF16 rows [r0, r1) x tokens [t0, t0 + T), kBf16Rows at a time.
+constexpr int kBf16Rows = 4;
+template <int T>
+void bf16_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                const RowsOut& out) {
+  const int64_t ldw = w.cols * 2;
+  int64_t r = r0;
+  for (; r + kBf16Rows <= r1; r += kBf16Rows) {
+    float dots[kBf16Rows * T];
+    bf16_rows<kBf16Rows, T>(w.data + r * ldw, ldw, w.cols, acts, dots);
+    for (int i = 0; i < kBf16Rows; ++i) store_row<T>(out, r + i, t0, dots + i * T, 1.0f);
   }
-  for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(acc[t]);
+  for (; r < r1; ++r) {
+    float dots[T];
+    bf16_rows<1, T>(w.data + r * ldw, ldw, w.cols, acts, dots);
+    store_row<T>(out, r, t0, dots, 1.0f);
+  }
 }
 
 template <int T>
@@ -413,6 +482,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
     return;
   }
+  if (w.kind == WeightKind::bf16) {
+    bf16_range<T>(w, r0, r1, acts, t0, out);
+    return;
+  }
   float dots[T] = {};
   const int64_t cols = w.cols;
   for (int64_t r = r0; r < r1; ++r) {
@@ -426,12 +499,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
         fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
         scale = 0.5f * 256.0f * w.global_scale;
         break;
-      case WeightKind::bf16:
-        bf16_row<T>(w.data + r * cols * 2, cols, acts, dots);
-        break;
       case WeightKind::f32:
         f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
+      case WeightKind::bf16:       // bf16_range
       case WeightKind::fp8_ue8m0:
       case WeightKind::fp8_f32: break;  // fp8_range
     }
