@@ -36,14 +36,19 @@ namespace nibble {
 constexpr int64_t kMaxDraftTokens = 15;
 
 // The default: off. Measured (docs/speculative.md "When it pays", bench
-// decode on the Flash-shaped model): a verify step of k + 1 = 2 / 3 / 4
-// tokens costs 1.56 / 1.91 / 2.19 decode steps on this CPU (the kernels at
-// M = 2..4 are compute-bound, and each token routes to other experts), so
-// drafting gains at most ~1.2x even at 0.9 acceptance and loses below ~0.7.
+// decode on the Flash-shaped model with this CPU's kernels): a verify step of
+// k + 1 = 2 / 3 / 4 tokens costs 1.19 / 1.34 / 1.60 decode steps. That pays
+// only where a draft is cheap against a step: at DeepSeek-V4-Flash depth (a
+// draft ~0.12 of a step, estimated from bytes) k = 2 is predicted at 1.1-1.7x
+// for acceptance 0.5-0.9, but on shallow models (a draft 0.6-1.1 of a step:
+// the 2-layer Flash-shaped and the shipped model, measured) it loses, and no
+// full-depth checkpoint with a trained MTP layer was at hand to confirm the
+// acceptance. Opt in with --spec-draft-tokens 2 on full-depth checkpoints.
 constexpr int64_t kDefaultDraftTokens = 0;
 inline constexpr const char* kDefaultDraftWhy =
-    "it is off by default on CPU: a verify step of k + 1 tokens costs 1.6-2.2x a decode step here, so "
-    "drafting gains at most ~1.2x at 0.9 acceptance and loses below ~0.7 (docs/speculative.md).";
+    "it is off by default: on this CPU a verify step of k + 1 tokens costs 1.2-1.6x a decode step, which pays "
+    "(predicted 1.1-1.7x with k = 2) only on full-depth models where a draft is ~0.1 of a step, and loses on "
+    "shallow ones (measured; docs/speculative.md).";
 
 // `draft_tokens` must be in [1, kMaxDraftTokens] and not above the model's
 // rollback reach (errors name --spec-draft-tokens); the model must have a
