@@ -14,8 +14,12 @@ per 32), BF16 embed / head / norms / router / compressors, F32 hc / sinks /
 ape / router bias, I64 tid2eid. `--layers` picks which layers of the real
 43-layer schedule to keep (default 0,1: the real config with
 num_hidden_layers = 2, i.e. two sliding-window, hash-routed layers; 2,3 gives
-one CSA + hash layer and one HCA + score-routed layer). No MTP layer is
-written (decode does not run it).
+one CSA + hash layer and one HCA + score-routed layer). `--mtp` adds the
+MTP layer (mtp.0.*: a full sliding-window, score-routed block with 256
+experts plus e_proj / h_proj / enorm / hnorm / norm / hc_head, ~3.7 GB) for
+speculative-decoding measurements:
+
+    python tools/make_flash_shaped.py /work/artifacts/flash2mtp --mtp
 
 Values are random with magnitudes that keep the forward finite and the
 routing spread: every matrix is scaled to an RMS of about 1/sqrt(in), FP4
@@ -219,6 +223,7 @@ def main():
     ap.add_argument("--layers", default="0,1", help="real Flash layers to keep, comma-separated (default 0,1)")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--force", action="store_true", help="replace an existing output folder")
+    ap.add_argument("--mtp", action="store_true", help="also write the MTP layer mtp.0.* (speculative decoding)")
     args = ap.parse_args()
 
     with open(TEMPLATE, encoding="utf-8") as f:
@@ -240,8 +245,8 @@ def main():
 
     config = dict(real)
     config["num_hidden_layers"] = len(layers)
-    config["num_nextn_predict_layers"] = 0
-    config["compress_ratios"] = [real["compress_ratios"][l] for l in layers]
+    config["num_nextn_predict_layers"] = 1 if args.mtp else 0
+    config["compress_ratios"] = [real["compress_ratios"][l] for l in layers] + ([0] if args.mtp else [])
     config["num_hash_layers"] = n_hash
 
     if os.path.exists(args.out) and not args.force:
@@ -255,6 +260,14 @@ def main():
         ts = []
         for name in g:
             ts += [(f"layers.{i}." + n, d, s) for n, d, s in expand(template, name)]
+        shards.append(ts)
+    if args.mtp:
+        # The real checkpoint's last shard: mtp.0. with the groups the template lists for it.
+        mtp_shard = template["shards"][-1]
+        assert len(mtp_shard) == 1 and mtp_shard[0]["prefix"] == "mtp.0.", mtp_shard
+        ts = []
+        for name in mtp_shard[0]["use"]:
+            ts += [("mtp.0." + n, d, s) for n, d, s in expand(template, name)]
         shards.append(ts)
     shards.append(expand(template, "head"))
 
@@ -280,7 +293,8 @@ def main():
     shutil.copy(os.path.join(REPO, "models/dsv4-tiny/tokenizer_config.json"), tmp)
     with open(os.path.join(tmp, "README.md"), "w") as f:
         f.write(f"DeepSeek-V4-Flash-shaped checkpoint with random weights, written by "
-                f"tools/make_flash_shaped.py --layers {args.layers} --seed {args.seed}.\n"
+                f"tools/make_flash_shaped.py --layers {args.layers} --seed {args.seed}"
+                f"{' --mtp' if args.mtp else ''}.\n"
                 f"Real Flash layers {layers} as layers 0..{len(layers) - 1}; {total} tensor bytes. "
                 f"For speed measurements only.\n")
     if os.path.exists(args.out):

@@ -87,6 +87,35 @@ struct GenerationParams {
   // (penalties applied; before temperature and the filters) and the id
   // drawn; for log-probabilities. May be empty.
   std::function<void(const float* logits, int64_t vocab, int32_t chosen)> observe;
+  // Speculative decoding with the model's MTP layer (docs/speculative.md):
+  // tokens drafted per step, 0 = off, at most 15 and at most
+  // EngineOptions::rollback_tokens. The output is distributed exactly as
+  // without (greedy: the same tokens).
+  int64_t draft_tokens = 0;
+};
+
+// How speculative decoding went (GenerationResult::spec).
+struct SpecDecodeStats {
+  int64_t steps = 0;                     // verify steps
+  int64_t emitted = 0;                   // tokens they produced: accepted drafts + the main model's own
+  std::vector<int64_t> drafted;          // [k] drafts proposed at draft position j
+  std::vector<int64_t> accepted;         // [k] of which accepted
+  int64_t draft_forwards = 0;            // forwards of the draft layer (one per draft)
+  double draft_seconds = 0;              // spent in them
+  double verify_seconds = 0;             // spent in the verify steps (main model, k + 1 tokens)
+  // Tokens per verify step (1 + accepted drafts): the mean accepted length.
+  double mean_accepted_length() const { return steps ? double(emitted) / double(steps) : 0.0; }
+  void add(const SpecDecodeStats& o) {
+    steps += o.steps;
+    emitted += o.emitted;
+    draft_forwards += o.draft_forwards;
+    draft_seconds += o.draft_seconds;
+    verify_seconds += o.verify_seconds;
+    if (drafted.size() < o.drafted.size()) drafted.resize(o.drafted.size(), 0);
+    if (accepted.size() < o.accepted.size()) accepted.resize(o.accepted.size(), 0);
+    for (size_t j = 0; j < o.drafted.size(); ++j) drafted[j] += o.drafted[j];
+    for (size_t j = 0; j < o.accepted.size(); ++j) accepted[j] += o.accepted[j];
+  }
 };
 
 enum class FinishReason { stop_token, max_tokens, callback, cancelled, context_full };
@@ -97,6 +126,7 @@ struct GenerationResult {
   FinishReason reason = FinishReason::max_tokens;
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
+  SpecDecodeStats spec;                  // empty unless draft_tokens > 0
 };
 
 // This machine's memory read bandwidth in GB/s: a read-only pass with
@@ -129,6 +159,9 @@ class Engine {
   // The kernels bound for an op group, for logs: "moe" (routed experts) or
   // "linear" (every other matrix op); registry names, comma-separated.
   std::string kernels(const std::string& op_group) const;
+  // Speculative decoding's draft (the MTP layer): "" when the model has one,
+  // else why not (missing, partial or misshapen mtp.* tensors, ...).
+  std::string draft_unavailable() const;
 
   // Text (needs tokenizer.json; throws otherwise).
   bool has_tokenizer() const;

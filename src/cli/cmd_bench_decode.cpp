@@ -11,11 +11,14 @@
 // independent ones, where greedy decoding of a random-weight model tends to
 // repeat one token and so one set of experts, flattering batched decode.
 #include "cli/bench_decode.h"
+#include "cli/bench_speculative.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "cli/args.h"
@@ -40,6 +43,12 @@ const std::vector<OptionSpec> kOptions = {
     {"--bandwidth", "GBPS", "assume this read bandwidth instead of measuring it per row"},
     {"--seed", "S", "seed of the random prompt and decode tokens (default 0)"},
     {"--profile", "", "time every phase of the steps and print the table at the end (stderr)"},
+    {"--spec-draft-tokens", "K", "also measure speculative decoding with the MTP layer: verify cost for k = 1..K, "
+                                 "greedy tokens/s and acceptance with k = K (default 0: off)"},
+    {"--no-spec", "", "no speculative decoding section (the default)"},
+    {"--spec-new-tokens", "N", "tokens the speculative section's greedy runs generate (default 32)"},
+    {"--spec-prompt-file", "PATH", "the speculative section's prompt: this text's first --prompt-tokens tokens "
+                                   "(default: random tokens; acceptance on random tokens means little)"},
     {"--json", "", "one JSON object per row"},
 };
 
@@ -100,6 +109,9 @@ int bench_decode(const std::vector<std::string>& argv) {
   const double given_bw = args.number("--bandwidth", 0, 0.001, 1e6);
   const uint64_t seed = uint64_t(args.integer("--seed", 0, 0, INT64_MAX));
   const bool json = args.has("--json");
+  // 15 = kMaxDraftTokens (runtime/speculative.h): the verify step's rollback reach.
+  const int64_t spec_k = args.has("--no-spec") ? 0 : args.integer("--spec-draft-tokens", 0, 0, 15);
+  const int64_t spec_new = args.integer("--spec-new-tokens", 32, 2, 1 << 20);
 
   EngineOptions opt = engine_options(args);
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
@@ -171,6 +183,18 @@ int bench_decode(const std::vector<std::string>& argv) {
     r.bound_tps = double(S) * r.bandwidth * 1e9 / bytes;
     r.ratio = r.decode_tps / r.bound_tps;
     print_row(r, json, bw_source);
+  }
+  if (spec_k > 0) {
+    std::vector<int32_t> text;
+    if (args.has("--spec-prompt-file")) {
+      const std::string path = args.str("--spec-prompt-file", "");
+      std::ifstream f(path, std::ios::binary);
+      if (!f) usage_fail("--spec-prompt-file ", path, ": cannot read it");
+      const std::string body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      text = engine->tokenize(body, false);
+      if (engine->bos_token_id() >= 0) text.insert(text.begin(), int32_t(engine->bos_token_id()));
+    }
+    bench_speculative(*engine, spec_k, prompt, steps, spec_new, seed, json, text);
   }
   return 0;
 }

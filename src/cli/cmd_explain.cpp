@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "cli/args.h"
+#include "runtime/speculative.h"
 #include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/load_flags.h"
@@ -22,6 +23,18 @@
 
 namespace nibble::cli {
 namespace {
+
+// Whether speculative decoding runs and why (docs/speculative.md): never by
+// default (kDefaultDraftTokens, from the verify-cost measurement), and only
+// with an MTP layer, which the plan sees as mtp.* parameters (its tensors are
+// checked when the model loads; a broken set turns speculation off then).
+std::string speculation_why(const Plan& plan) {
+  if (plan.mtp_params == 0)
+    return "The checkpoint has no MTP layer (mtp.* tensors), so it cannot: a draft needs one.";
+  return std::string("The checkpoint has an MTP layer (") + human_count(double(plan.mtp_params)) +
+         " parameters), but " + kDefaultDraftWhy +
+         " `nibble bench decode --spec-draft-tokens K` measures it here; GenerationParams::draft_tokens turns it on.";
+}
 
 const std::vector<OptionSpec> kOptions = {
     {"--device", "NAME", "plan for this device: host (default), cpu-avx2, cpu-avx512, sm_80, sm_90, sm_100, sm_120, cuda, cuda:N"},
@@ -83,6 +96,7 @@ nlohmann::json plan_json(const Plan& plan) {
       {"bytes_per_token", plan.bytes_per_token},
       {"bound_tokens_per_s", plan.bound_tokens_per_s},
       {"warnings", plan.warnings},
+      {"speculative", {{"on", false}, {"mtp_layer", plan.mtp_params > 0}, {"why", speculation_why(plan)}}},
   };
 }
 
@@ -135,6 +149,7 @@ void print_plan(const std::string& path, const Plan& plan, bool arch_runs) {
       std::printf("%s %s (%s)", i ? "," : "", missing[i]->group.c_str(), op_name(missing[i]->op));
     std::printf("\n");
   }
+  std::printf("\nspeculative decoding: off. %s\n", speculation_why(plan).c_str());
   for (const auto& w : plan.warnings) std::printf("warning: %s\n", w.c_str());
 }
 

@@ -49,6 +49,10 @@ std::vector<OptionSpec> text_generation_options() {
       {"--frequency-penalty", "F", "subtract F x its count from every generated token's logit, in [-2, 2] (default 0)"},
       {"--seed", "S", "sampling seed; -1 = a random one, printed (default 0)"},
       {"--stop", "TEXT", "end the text before TEXT when it is generated (repeatable)"},
+      {"--spec-draft-tokens", "K",
+       "speculative decoding with the model's MTP layer, K drafts per step, 1..15 (default 0 = off; "
+       "docs/speculative.md)"},
+      {"--no-spec", "", "no speculative decoding (the default)"},
   };
   for (auto& spec : model_load_options()) o.push_back(spec);
   return o;
@@ -114,6 +118,10 @@ GenerationParams generation_options(const ParsedArgs& args, const TextModel& tm)
   } else {
     s.seed = uint64_t(seed);
   }
+  o.draft_tokens = args.has("--no-spec") ? 0 : args.integer("--spec-draft-tokens", 0, 0, 15);
+  if (o.draft_tokens > 0)
+    if (const std::string why = tm.engine->draft_unavailable(); !why.empty())
+      fail("--spec-draft-tokens ", o.draft_tokens, ": speculative decoding needs the model's MTP layer: ", why);
   return o;
 }
 
@@ -197,6 +205,12 @@ void print_generation_stats(const Completion& c, double load_seconds) {
                r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0.0, (long long)r.tokens.size(),
                (long long)steps, r.decode_seconds);
   if (steps > 0 && r.decode_seconds > 0) std::fprintf(stderr, " (%.1f tok/s)", double(steps) / r.decode_seconds);
+  if (r.spec.steps > 0) {
+    std::fprintf(stderr, "; speculative: %lld verify steps, accepted per draft position", (long long)r.spec.steps);
+    for (size_t j = 0; j < r.spec.drafted.size(); ++j)
+      std::fprintf(stderr, " %lld/%lld", (long long)r.spec.accepted[j], (long long)r.spec.drafted[j]);
+    std::fprintf(stderr, ", mean accepted length %.2f", r.spec.mean_accepted_length());
+  }
   if (c.interrupted)
     std::fprintf(stderr, "; stop: interrupted (Ctrl-C)\n");
   else if (!c.stop_string.empty())

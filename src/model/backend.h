@@ -60,8 +60,11 @@ class Backend {
   // RoPE of each row's `heads` vectors of width x.cols / heads at positions[row].
   virtual void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
                     bool inverse) = 0;
-  // out[r] = x[rows[r]].
+  // out[r] = x[rows[r]]. Also how the forward hands rows to and from a
+  // caller's buffer (SeqStep::hidden, DraftStep::hidden).
   virtual void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) = 0;
+  // streams [T, k * x.cols] += x [T, x.cols] broadcast over the k copies.
+  virtual void add_to_streams(Tensor x, Tensor streams) = 0;
   // The MoE sublayer: router, routed experts, shared expert; ids [T] for hash routing.
   virtual void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) = 0;
 

@@ -43,6 +43,16 @@ void CpuBackend::gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out
   for (size_t r = 0; r < rows.size(); ++r) std::copy(x.row(rows[r]), x.row(rows[r]) + x.cols, out.row(int64_t(r)));
 }
 
+void CpuBackend::add_to_streams(Tensor x, Tensor streams) {
+  if (x.rows != streams.rows || x.cols <= 0 || streams.cols % x.cols != 0)
+    fail("add_to_streams: [", x.rows, ", ", x.cols, "] does not broadcast over [", streams.rows, ", ", streams.cols, "]");
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* a = x.row(t);
+    float* s = streams.row(t);
+    for (int64_t c = 0; c < streams.cols; ++c) s[c] += a[c % x.cols];
+  }
+}
+
 void CpuBackend::moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) {
   w.moe_fn(w.moe, x.data, ids.data(), x.rows, y.data, pool_);
 }

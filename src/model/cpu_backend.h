@@ -29,6 +29,7 @@ class CpuBackend : public Backend {
   void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
             bool inverse) override;
   void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) override;
+  void add_to_streams(Tensor x, Tensor streams) override;
   void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) override;
 
   void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) override;

@@ -64,6 +64,7 @@ DeepseekV4State& DeepseekV4Model::state_of(const ModelState& s, int64_t id) cons
 }
 
 std::unique_ptr<ModelState> DeepseekV4Model::fork(const ModelState& state) const {
+  if (DeepseekV4DraftState* d = draft_state_of(state)) return std::make_unique<DeepseekV4DraftState>(*d);
   return std::make_unique<DeepseekV4State>(state_of(state, -1));
 }
 
@@ -75,6 +76,18 @@ void DeepseekV4Model::update_floor(DeepseekV4State& st) const {
 }
 
 void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
+  if (DeepseekV4DraftState* d = draft_state_of(state)) {
+    // The draft state keeps no history of its inputs (the residual rows), so
+    // it cannot be refed: truncation stops at the floor.
+    if (position < d->floor_ || position > d->position_)
+      fail("truncate the MTP draft state to position ", position, ": it holds ", d->position_,
+           " rows and reaches back to ", d->floor_, " without its inputs (valid: ", d->floor_, " .. ", d->position_,
+           ")");
+    attention_truncate(w_.mtp[0].block.attn, d->layer_, position);
+    d->position_ = position;
+    d->floor_ = std::min(d->position_, attention_truncate_floor(w_.mtp[0].block.attn, attn_, d->layer_));
+    return;
+  }
   DeepseekV4State& st = state_of(state, -1);
   if (position < 0 || position > st.position_)
     fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
@@ -115,6 +128,8 @@ void DeepseekV4Model::step(std::span<const SeqStep> batch, StepStats* stats) con
            cfg_.path, ")");
     if (s.rows != LogitRows::none && n == 0) fail("sequence ", s.id, ": logits wanted but no token is fed");
     if (s.rows != LogitRows::none && !s.logits) fail("sequence ", s.id, ": logits wanted but no buffer given");
+    if (s.hidden && (s.hidden_first < 0 || s.hidden_first > n))
+      fail("sequence ", s.id, ": hidden_first ", s.hidden_first, " is outside its ", n, " tokens");
     if (n > 0) todo.push_back(Part{&s, &st, 0, n});
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -198,6 +213,22 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
     stats->tokens += n;
     stats->sub_steps += 1;
     stats->weight_bytes += dense_bytes_;
+  }
+  {
+    // The residual streams before hc_head of the rows a draft layer will read,
+    // straight into the caller's buffer.
+    int64_t first = 0;
+    std::vector<int64_t> rows;
+    for (const Part& p : parts) {
+      const SeqStep& s = *p.seq;
+      const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
+      if (s.hidden && j0 < j1) {
+        rows.clear();
+        for (int64_t j = j0; j < j1; ++j) rows.push_back(first + j - p.from);
+        be.gather_rows(streams, rows, Tensor{s.hidden + (j0 - s.hidden_first) * N * D, j1 - j0, N * D});
+      }
+      first += p.count;
+    }
   }
   {
     int64_t first = 0;

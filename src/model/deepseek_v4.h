@@ -42,6 +42,23 @@ class DeepseekV4State : public ModelState {
   std::vector<AttentionState> layers_;
 };
 
+// The MTP layer's own state (deepseek_v4_mtp.cpp): one sliding-window
+// attention layer. Its position counts the rows fed; row r's input is the
+// residual state of main position offset + r and the token after it.
+class DeepseekV4DraftState : public ModelState {
+ public:
+  int64_t position() const override { return position_; }
+  int64_t truncate_floor() const override { return floor_; }
+  uint64_t memory_bytes() const override { return sizeof(*this) + layer_.bytes(); }
+
+ private:
+  friend class DeepseekV4Model;
+  const void* owner_ = nullptr;
+  int64_t position_ = 0;
+  int64_t floor_ = 0;
+  AttentionState layer_;
+};
+
 class DeepseekV4Model : public Model {
  public:
   DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan, const LoadOptions& options);
@@ -62,6 +79,13 @@ class DeepseekV4Model : public Model {
   void step(std::span<const SeqStep> batch, StepStats* stats) const override;
   int64_t step_token_budget() const override { return max_chunk_; }
 
+  int64_t hidden_width() const override { return cfg_.hc_mult * cfg_.hidden; }
+  bool has_draft() const override { return !w_.mtp.empty(); }
+  std::string draft_unavailable() const override { return w_.mtp_missing; }
+  int64_t draft_context() const override { return cfg_.sliding_window; }
+  std::unique_ptr<ModelState> new_draft_state() const override;
+  void draft_step(std::span<const DraftStep> batch) const override;  // deepseek_v4_mtp.cpp
+
  private:
   // One sequence's part of a sub-step: tokens [from, from + count) of batch entry `seq`.
   struct Part {
@@ -70,6 +94,14 @@ class DeepseekV4Model : public Model {
     int64_t from, count;
   };
   DeepseekV4State& state_of(const ModelState& s, int64_t id) const;
+  // One draft sequence's part of a draft sub-step (deepseek_v4_mtp.cpp).
+  struct DraftPart {
+    const DraftStep* seq;
+    DeepseekV4DraftState* st;
+    int64_t from, count;
+  };
+  DeepseekV4DraftState* draft_state_of(const ModelState& s) const;  // null: not a draft state of this model
+  void draft_forward_parts(std::span<const DraftPart> parts) const;
   // One forward over at most max_chunk_ tokens (callers hold mu_).
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
   void update_floor(DeepseekV4State& st) const;

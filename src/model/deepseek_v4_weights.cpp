@@ -355,22 +355,33 @@ DeepseekV4Weights bind_deepseek_v4_weights(const Checkpoint& ck, const Detection
     w.layers.push_back(bind_block(b, "layers." + std::to_string(i) + ".", cfg.layer_types[size_t(i)],
                                   cfg.hash_moe[size_t(i)]));
 
-  for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) {
+  // The MTP layers are optional: re-packaged checkpoints drop them (HF
+  // ignores them). A set that is absent, partial or of the wrong shape leaves
+  // the model without a draft layer, with the reason kept.
+  if (cfg.n_mtp_layers == 0) w.mtp_missing = ck.file_path("config.json") + ": num_nextn_predict_layers is 0";
+  for (int64_t k = 0; k < cfg.n_mtp_layers && w.mtp_missing.empty(); ++k) {
     const std::string p = "mtp." + std::to_string(k) + ".";
-    // Re-packaged checkpoints may drop the MTP layers (HF ignores them); the
-    // ones that ship them get every tensor checked.
-    if (!b.has_prefix(p)) continue;
-    MtpWeights m;
-    // The MTP block is a sliding-window, score-routed layer (hash-routed if it ships tid2eid).
-    m.block = bind_block(b, p, AttnKind::sliding, b.find(p + "ffn.gate.tid2eid") != nullptr);
-    m.e_proj = b.linear(p + "e_proj", cfg.hidden, cfg.hidden, "hidden_size x hidden_size");
-    m.h_proj = b.linear(p + "h_proj", cfg.hidden, cfg.hidden, "hidden_size x hidden_size");
-    m.enorm = b.vec(p + "enorm.weight", cfg.hidden, "hidden_size");
-    m.hnorm = b.vec(p + "hnorm.weight", cfg.hidden, "hidden_size");
-    m.norm = b.vec(p + "norm.weight", cfg.hidden, "hidden_size");
-    m.hc_head = bind_hc_head(b, p);
-    w.mtp.push_back(std::move(m));
+    if (!b.has_prefix(p)) {
+      w.mtp_missing = ck.path() + ": the checkpoint has no " + p + "* tensors (num_nextn_predict_layers = " +
+                      std::to_string(cfg.n_mtp_layers) + ")";
+      break;
+    }
+    try {
+      MtpWeights m;
+      // The MTP block is a sliding-window, score-routed layer (hash-routed if it ships tid2eid).
+      m.block = bind_block(b, p, AttnKind::sliding, b.find(p + "ffn.gate.tid2eid") != nullptr);
+      m.e_proj = b.linear(p + "e_proj", cfg.hidden, cfg.hidden, "hidden_size x hidden_size");
+      m.h_proj = b.linear(p + "h_proj", cfg.hidden, cfg.hidden, "hidden_size x hidden_size");
+      m.enorm = b.vec(p + "enorm.weight", cfg.hidden, "hidden_size");
+      m.hnorm = b.vec(p + "hnorm.weight", cfg.hidden, "hidden_size");
+      m.norm = b.vec(p + "norm.weight", cfg.hidden, "hidden_size");
+      m.hc_head = bind_hc_head(b, p);
+      w.mtp.push_back(std::move(m));
+    } catch (const Error& e) {
+      w.mtp_missing = e.what();
+    }
   }
+  if (!w.mtp_missing.empty()) w.mtp.clear();
   b.finish_progress();
   return w;
 }

@@ -2,9 +2,11 @@
 // its official name (dsv4.md §3), checks its shape against config.json, and
 // binds it zero-copy to the kernel the plan chose for its group. Only small
 // vectors (norm weights, biases, hc base/scale, sinks, ape, tid2eid) are
-// copied, into aligned f32/i64 arrays. MTP layers are bound and validated
-// the same way but not run. Every problem is a nibble::Error naming the
-// tensor and the config field it contradicts.
+// copied, into aligned f32/i64 arrays. Every problem is a nibble::Error
+// naming the tensor and the config field it contradicts, except in the MTP
+// layers (the speculative-decoding draft): a missing, partial or misshapen
+// mtp.* set leaves the model loadable without them, and the reason is kept
+// for `explain` and for the error when speculation is asked for.
 #pragma once
 
 #include <vector>
@@ -18,12 +20,13 @@
 
 namespace nibble {
 
-// One multi-token-prediction layer (mtp.K.*): validated, not run.
+// One multi-token-prediction layer (mtp.K.*, dsv4.md §2.7): the draft of
+// speculative decoding (deepseek_v4_mtp.cpp runs it).
 struct MtpWeights {
-  BlockWeights block;
+  BlockWeights block;                      // sliding-window, score-routed
   BoundLinear e_proj, h_proj;              // [D, D]
   std::vector<float> enorm, hnorm, norm;   // [D]
-  HcHeadWeights hc_head;
+  HcHeadWeights hc_head;                   // the layer's own final collapse
 };
 
 struct DeepseekV4Weights {
@@ -32,7 +35,8 @@ struct DeepseekV4Weights {
   std::vector<float> norm;                 // [D]
   HcHeadWeights hc_head;
   std::vector<BlockWeights> layers;        // [n_layers]
-  std::vector<MtpWeights> mtp;             // [num_nextn_predict_layers]
+  std::vector<MtpWeights> mtp;             // the MTP layers that bound (all or none)
+  std::string mtp_missing;                 // why `mtp` is empty (a message naming the tensor or field)
 };
 
 DeepseekV4Weights bind_deepseek_v4_weights(const Checkpoint& ck, const Detection& det, const Plan& plan,

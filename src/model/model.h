@@ -79,6 +79,29 @@ struct SeqStep {
   LogitRows rows = LogitRows::last;
   float* logits = nullptr;              // [1 or tokens.size()][vocab] per `rows`
   int64_t id = -1;                      // the caller's name for it, used in messages
+  // The main model's residual state before its output head (DeepSeek-V4: the
+  // hc_mult streams before hc_head) of tokens [hidden_first, tokens.size()):
+  // [tokens.size() - hidden_first][Model::hidden_width()]. What a draft layer
+  // (multi-token prediction) reads. Null: not wanted.
+  float* hidden = nullptr;
+  int64_t hidden_first = 0;
+};
+
+// One sequence's share of a draft step (Model::draft_step): the model's
+// multi-token-prediction layer at the draft state's position. Row t reads the
+// residual state `hidden` of some position p (the main model's, or the draft
+// layer's own output when drafts are chained) and the token at p + 1, and
+// predicts the token at p + 2.
+struct DraftStep {
+  ModelState* state = nullptr;          // from Model::new_draft_state()
+  std::span<const int32_t> tokens;      // [n]: the token after each row's position
+  const float* hidden = nullptr;        // [n][hidden_width()]
+  LogitRows rows = LogitRows::last;
+  float* logits = nullptr;              // [1 or n][vocab] per `rows`
+  // The draft layer's own residual state (its input to its head) of the last
+  // row: [hidden_width()], the `hidden` of the next chained draft. May be null.
+  float* hidden_out = nullptr;
+  int64_t id = -1;                      // the caller's name for it, used in messages
 };
 
 class Model {
@@ -119,6 +142,25 @@ class Model {
   void step(std::span<const SeqStep> batch) const { step(batch, nullptr); }
   // Most tokens one step processes at once (bounds activation memory).
   virtual int64_t step_token_budget() const = 0;
+
+  // Width of one token's SeqStep::hidden / DraftStep::hidden row.
+  virtual int64_t hidden_width() const = 0;
+  // Whether the checkpoint carries a draft layer (DeepSeek-V4: mtp.0.*) that
+  // draft_step() runs; when not, draft_unavailable() says why (for `explain`
+  // and for the error when speculation was asked for).
+  virtual bool has_draft() const = 0;
+  virtual std::string draft_unavailable() const = 0;
+  // Past rows the draft layer reads (its attention window): feeding it the
+  // last draft_context() rows of a prompt gives it all the context it uses.
+  virtual int64_t draft_context() const = 0;
+  // A draft layer's own per-sequence state (its attention window). Model::fork
+  // and Model::truncate take it like a main state; its position counts the
+  // rows fed, which may start at any main position (the layer is
+  // sliding-window only, so only relative positions matter).
+  virtual std::unique_ptr<ModelState> new_draft_state() const = 0;
+  // One forward of the draft layer over every entry of `batch`. Checks as
+  // step() does (and a state of the wrong kind, a missing hidden) first.
+  virtual void draft_step(std::span<const DraftStep> batch) const = 0;
 
   // One sequence: feeds `tokens` at state.position(). When `logits` is not
   // null it receives f32 logits: [tokens.size()][vocab] if all_logits, else

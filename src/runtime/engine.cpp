@@ -19,6 +19,7 @@
 #include "runtime/generation_config.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -63,6 +64,7 @@ SamplerConfig sampler_config(const SamplingParams& p) {
 struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  int64_t rollback_tokens = 16;       // EngineOptions::rollback_tokens (the reach of speculative rollback)
   GenerationDefaults defaults;
   mutable std::mutex mu;
   std::map<SeqId, std::unique_ptr<Sequence>> seqs;
@@ -121,6 +123,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
       ck->generation_config() ? std::make_unique<nlohmann::json>(*ck->generation_config()) : nullptr;
   const std::string gc_path = ck->file_path("generation_config.json");
   impl->model = load_model(std::move(ck), lo);
+  impl->rollback_tokens = options.rollback_tokens;
   impl->defaults = read_generation_config(gc.get(), gc_path, impl->model->vocab_size());
   const std::string tok = model_dir + "/tokenizer.json";
   if (options.load_tokenizer && std::filesystem::exists(tok)) {
@@ -139,6 +142,10 @@ int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
 int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
 int Engine::threads() const { return impl_->model->plan().device.cores; }
+std::string Engine::draft_unavailable() const {
+  return impl_->model->has_draft() ? std::string() : impl_->model->draft_unavailable();
+}
+
 const GenerationDefaults& Engine::generation_defaults() const { return impl_->defaults; }
 
 std::string Engine::kernels(const std::string& op_group) const {
@@ -325,7 +332,7 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
     r.prompt_tokens = int64_t(prompt.size());
     return r;
   }
-  GenerateResult got = nibble::generate(session, prompt, g, [&](int32_t id) {
+  auto callback = [&](int32_t id) {
     passed.push_back(id);
     if (on_token && !on_token(id)) return false;
     if (s.cancel.exchange(false)) {
@@ -333,7 +340,16 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
       return false;
     }
     return true;
-  });
+  };
+  GenerateResult got;
+  if (params.draft_tokens != 0) {
+    // Speculative decoding (runtime/speculative.h) on the session's state;
+    // the history is kept by Restore the same way.
+    check_speculative(*impl_->model, params.draft_tokens, impl_->rollback_tokens);
+    got = speculative_generate(*impl_->model, session.state(), prompt, g, params.draft_tokens, callback, &r.spec);
+  } else {
+    got = nibble::generate(session, prompt, g, callback);
+  }
   r.tokens = std::move(got.tokens);
   r.prompt_tokens = got.prompt_tokens;
   r.prefill_seconds = got.prefill_seconds;

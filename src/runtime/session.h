@@ -35,6 +35,8 @@ class Session {
   // A session over an existing state (taken over), and the state back.
   Session(const Model& model, std::unique_ptr<ModelState> state) : model_(model), state_(std::move(state)) {}
   std::unique_ptr<ModelState> release_state() { return std::move(state_); }
+  // The state itself (speculative decoding runs on it directly).
+  ModelState& state() { return *state_; }
 
  private:
   const Model& model_;

@@ -184,6 +184,9 @@ TEST(DeepseekV4Errors, MissingFolderIsNamed) {
 }
 
 TEST(DeepseekV4Errors, MissingMtpTensorIsNamed) {
+  // An FP8 matrix without its scales is refused by the planner for every
+  // tensor, MTP included (a missing or misshapen MTP tensor the planner can
+  // read only turns speculation off: deepseek_v4_mtp_test.cpp).
   ScratchModel m("flash_tiny_stock");  // sharded, ships mtp.0.*
   m.drop_tensor("mtp.0.h_proj.scale");
   std::string err = load_error(m.path());

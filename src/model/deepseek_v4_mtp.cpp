@@ -1,0 +1,186 @@
+// DeepSeek-V4's multi-token-prediction layer (mtp.0.*, dsv4.md §2.7), the
+// draft of speculative decoding, as DeepSeek's official inference code
+// (MTPBlock) defines it. Per row, with X the residual streams [N, D] of some
+// position p (the main model's before its hc_head, or this layer's own output
+// for a chained draft) and `next` the token at p + 1:
+//   e = enorm(embed(next))                        [D]
+//   h = h_proj(hnorm(X_k)) for each stream k      [N, D]  (norm and projection per stream)
+//   X' = e_proj(e) + h_k                          [N, D]  (e_proj(e) broadcast over the streams)
+//   X' = Block(X')   a full sliding-window, score-routed block (layer id n_layers)
+//   logits = head(norm(hc_head(X')))              its own hc_head and norm; the shared head
+// and X' is what the next chained draft reads. The block's attention keeps
+// its own window of past rows (DeepseekV4DraftState), so the layer sees the
+// rows before, as in training where it runs over the whole sequence shifted
+// by one. Everything is written against the backend's ops, like the main
+// forward: the residual rows come in and go out through gather_rows.
+#include <algorithm>
+
+#include "model/deepseek_v4.h"
+#include "model/forward_profile.h"
+#include "util/error.h"
+
+namespace nibble {
+
+std::unique_ptr<ModelState> DeepseekV4Model::new_draft_state() const {
+  if (w_.mtp.empty()) fail("no MTP draft layer: ", w_.mtp_missing);
+  auto st = std::make_unique<DeepseekV4DraftState>();
+  st->owner_ = this;
+  return st;
+}
+
+DeepseekV4DraftState* DeepseekV4Model::draft_state_of(const ModelState& s) const {
+  auto* d = dynamic_cast<const DeepseekV4DraftState*>(&s);
+  if (!d || d->owner_ != this) return nullptr;
+  return const_cast<DeepseekV4DraftState*>(d);
+}
+
+void DeepseekV4Model::draft_step(std::span<const DraftStep> batch) const {
+  if (w_.mtp.empty()) fail("no MTP draft layer: ", w_.mtp_missing);
+  // Every check first, so a bad entry leaves all states as they were.
+  std::vector<DraftPart> todo;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const DraftStep& s = batch[i];
+    if (!s.state) fail("draft sequence ", s.id, ": no state");
+    DeepseekV4DraftState* st = draft_state_of(*s.state);
+    if (!st) fail("draft sequence ", s.id, ": its state is not an MTP state of this model (new_draft_state())");
+    for (size_t j = 0; j < i; ++j)
+      if (batch[j].state == s.state) fail("draft sequence ", s.id, " appears twice in one step");
+    const int64_t n = int64_t(s.tokens.size());
+    for (int64_t t = 0; t < n; ++t)
+      if (s.tokens[size_t(t)] < 0 || s.tokens[size_t(t)] >= cfg_.vocab_size)
+        fail("draft sequence ", s.id, ": token ", t, " (id ", s.tokens[size_t(t)], ") is outside the vocabulary of ",
+             cfg_.vocab_size);
+    if (n > 0 && !s.hidden) fail("draft sequence ", s.id, ": no hidden rows given for its ", n, " tokens");
+    if (n > cfg_.max_position - st->position_)
+      fail("draft sequence ", s.id, ": it would hold ", st->position_ + n, " rows but the context is ",
+           cfg_.max_position);
+    if (s.rows != LogitRows::none && n == 0) fail("draft sequence ", s.id, ": logits wanted but no token is fed");
+    if (s.rows != LogitRows::none && !s.logits) fail("draft sequence ", s.id, ": logits wanted but no buffer given");
+    if (s.hidden_out && n == 0) fail("draft sequence ", s.id, ": hidden_out wanted but no token is fed");
+    if (n > 0) todo.push_back(DraftPart{&s, st, 0, n});
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // Sub-steps of at most max_chunk_ rows, as in step().
+  std::vector<DraftPart> parts;
+  size_t next = 0;
+  while (next < todo.size()) {
+    parts.clear();
+    int64_t used = 0;
+    for (size_t i = next; i < todo.size() && used < max_chunk_; ++i) {
+      DraftPart& p = todo[i];
+      const int64_t take = std::min(max_chunk_ - used, int64_t(p.seq->tokens.size()) - p.from);
+      parts.push_back(DraftPart{p.seq, p.st, p.from, take});
+      used += take;
+    }
+    draft_forward_parts(parts);
+    for (const DraftPart& done : parts) {
+      DraftPart& p = todo[next];
+      p.from += done.count;
+      if (p.from == int64_t(p.seq->tokens.size())) ++next;
+    }
+  }
+}
+
+void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) const {
+  const MtpWeights& m = w_.mtp[0];
+  const int64_t N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  std::vector<int64_t> logit_rows;
+  std::vector<float*> logit_out;
+  std::vector<int64_t> hidden_rows;   // the last row of each sequence whose hidden_out is wanted
+  std::vector<float*> hidden_out;
+  for (const DraftPart& p : parts) {
+    const int64_t first = int64_t(ids.size()), n_seq = int64_t(p.seq->tokens.size());
+    for (int64_t t = 0; t < p.count; ++t) {
+      const int64_t j = p.from + t;
+      ids.push_back(p.seq->tokens[size_t(j)]);
+      positions.push_back(p.st->position_ + t);
+      const bool all = p.seq->rows == LogitRows::all;
+      const bool last = j == n_seq - 1;
+      if (all || (last && p.seq->rows == LogitRows::last)) {
+        logit_rows.push_back(first + t);
+        logit_out.push_back(p.seq->logits + (all ? j * V : 0));
+      }
+      if (last && p.seq->hidden_out) {
+        hidden_rows.push_back(first + t);
+        hidden_out.push_back(p.seq->hidden_out);
+      }
+    }
+  }
+  const int64_t n = int64_t(ids.size());
+  Backend& be = *backend_;
+  if (profile_) profile_->begin_step(n == int64_t(parts.size()), n);
+  be.begin_step();
+
+  // The residual rows the layer reads: [n, N*D], per stream hnorm then h_proj.
+  Tensor streams = be.alloc(n, N * D), normed = be.alloc(n, N * D);
+  {
+    int64_t first = 0;
+    std::vector<int64_t> rows;
+    for (const DraftPart& p : parts) {
+      rows.resize(size_t(p.count));
+      for (int64_t t = 0; t < p.count; ++t) rows[size_t(t)] = t;
+      const Tensor in{const_cast<float*>(p.seq->hidden) + p.from * N * D, p.count, N * D};
+      be.gather_rows(in, rows, streams.slice(first, p.count));
+      first += p.count;
+    }
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::norm);
+    be.rms_norm(streams.reshaped(D), m.hnorm.data(), cfg_.rms_eps, normed.reshaped(D));
+  }
+  Tensor e = be.alloc(n, D), e_proj = be.alloc(n, D);
+  {
+    PhaseTimer _(be.profile(), Phase::embed);
+    be.embed(w_.embed, ids, 1, e);
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::norm);
+    be.rms_norm(e, m.enorm.data(), cfg_.rms_eps, e);
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::attn_linear);
+    be.linear(m.h_proj, normed.reshaped(D), streams.reshaped(D));  // [n*N, D]
+    be.linear(m.e_proj, e, e_proj);
+  }
+  be.add_to_streams(e_proj, streams);
+
+  std::vector<AttnSeq> seqs(parts.size());
+  {
+    int64_t first = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      seqs[i] = AttnSeq{&parts[i].st->layer_, first, parts[i].count, parts[i].st->position_};
+      first += parts[i].count;
+    }
+  }
+  block_forward(be, m.block, hc_, attn_, rope_main_, rope_compress_, ids, positions, seqs, streams);
+  for (const DraftPart& p : parts) {
+    p.st->position_ += p.count;
+    p.st->floor_ = std::min(p.st->position_, attention_truncate_floor(m.block.attn, attn_, p.st->layer_));
+  }
+
+  for (size_t r = 0; r < hidden_rows.size(); ++r) {
+    const int64_t row[1] = {hidden_rows[r]};
+    be.gather_rows(streams, row, Tensor{hidden_out[r], 1, N * D});
+  }
+  if (logit_rows.empty()) return;
+  const int64_t rows = int64_t(logit_rows.size());
+  Tensor picked = be.alloc(rows, N * D), y = be.alloc(rows, D), logits = be.alloc(rows, V);
+  be.gather_rows(streams, logit_rows, picked);
+  {
+    PhaseTimer _(be.profile(), Phase::hc);
+    be.hc_head(m.hc_head, hc_, picked, y);
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::norm);
+    be.rms_norm(y, m.norm.data(), cfg_.rms_eps, y);
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::head);
+    be.linear(w_.head, y, logits);
+  }
+  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);
+}
+
+}  // namespace nibble

@@ -1,0 +1,290 @@
+#include "runtime/speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "runtime/sampler.h"
+#include "util/error.h"
+
+namespace nibble {
+
+void check_speculative(const Model& model, int64_t draft_tokens, int64_t rollback_tokens) {
+  if (draft_tokens < 1 || draft_tokens > kMaxDraftTokens)
+    fail("--spec-draft-tokens must be in [1, ", kMaxDraftTokens, "] (0 = off), got ", draft_tokens);
+  if (draft_tokens > rollback_tokens)
+    fail("--spec-draft-tokens ", draft_tokens, " is more than the states' rollback reach of ", rollback_tokens,
+         " tokens (EngineOptions::rollback_tokens): rejected drafts could not be rolled back");
+  if (!model.has_draft()) fail("speculative decoding needs the model's MTP layer: ", model.draft_unavailable());
+}
+
+int32_t rejection_sample(std::span<const std::pair<int32_t, double>> p, std::span<const std::pair<int32_t, double>> q,
+                         int32_t draft, double u1, double u2, bool* accepted) {
+  double pd = 0, qd = 0;
+  for (const auto& [id, pr] : p)
+    if (id == draft) pd = pr;
+  std::unordered_map<int32_t, double> qmap;
+  qmap.reserve(q.size());
+  for (const auto& [id, pr] : q) qmap[id] = pr;
+  if (auto it = qmap.find(draft); it != qmap.end()) qd = it->second;
+  // Accept with probability min(1, p(d) / q(d)); u1 < ratio is that event.
+  if (qd > 0 && u1 * qd < pd) {
+    *accepted = true;
+    return draft;
+  }
+  *accepted = false;
+  // Residual max(0, p - q), normalised; it has mass whenever a rejection is
+  // possible (p(d) < q(d) for the draft means p > q somewhere else).
+  double mass = 0;
+  for (const auto& [id, pr] : p) {
+    auto it = qmap.find(id);
+    mass += std::max(0.0, pr - (it == qmap.end() ? 0.0 : it->second));
+  }
+  const bool residual = mass > 0;
+  const double target = u2 * (residual ? mass : 1.0);
+  double acc = 0;
+  for (const auto& [id, pr] : p) {
+    double w = pr;
+    if (residual) {
+      auto it = qmap.find(id);
+      w = std::max(0.0, pr - (it == qmap.end() ? 0.0 : it->second));
+    }
+    acc += w;
+    if (target < acc) return id;
+  }
+  // Rounding left the target past the last bucket: the last token with weight.
+  for (size_t i = p.size(); i-- > 0;) {
+    auto it = qmap.find(p[i].first);
+    if (!residual || p[i].second > (it == qmap.end() ? 0.0 : it->second)) return p[i].first;
+  }
+  return p.back().first;
+}
+
+namespace {
+
+// splitmix64, like the Sampler's, on its own stream.
+class Uniform {
+ public:
+  explicit Uniform(uint64_t seed) : state_(seed ^ 0x7370656364656364ull) {}
+  double next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return double(z >> 11) * (1.0 / 9007199254740992.0);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+int32_t draw(std::span<const std::pair<int32_t, double>> dist, double u) {
+  double acc = 0;
+  for (const auto& [id, pr] : dist) {
+    acc += pr;
+    if (u < acc) return id;
+  }
+  return dist.back().first;
+}
+
+}  // namespace
+
+GenerateResult speculative_generate(const Model& model, ModelState& state, std::span<const int32_t> prompt,
+                                    const GenerateOptions& options, int64_t k,
+                                    const std::function<bool(int32_t)>& on_token, SpecDecodeStats* stats) {
+  if (options.max_new_tokens < 0) fail("--max-tokens must be >= 0, got ", options.max_new_tokens);
+  if (k < 1 || k > kMaxDraftTokens) fail("--spec-draft-tokens must be in [1, ", kMaxDraftTokens, "], got ", k);
+  if (!model.has_draft()) fail("speculative decoding needs the model's MTP layer: ", model.draft_unavailable());
+  if (prompt.empty()) fail("prefill: the prompt has no tokens");
+  // Tokens that rejection sampling picks are not drawn by Sampler::sample,
+  // so per-token log-probabilities would be missing for them.
+  if (options.sampler.observe)
+    fail("speculative decoding (--spec-draft-tokens) does not report per-token log-probabilities; "
+         "turn it off (--no-spec) to get them");
+  std::vector<int64_t> stops = options.stop_tokens;
+  if (options.use_model_eos)
+    for (int64_t e : model.eos_token_ids()) stops.push_back(e);
+  const int64_t context = model.max_context();
+  if (int64_t(prompt.size()) > context - state.position()) {
+    if (state.position() == 0)
+      fail("the prompt has ", prompt.size(), " tokens but the model's context holds ", context,
+           " (max_position_embeddings)");
+    fail("the prompt has ", prompt.size(), " tokens but only ", context - state.position(), " of the model's ",
+         context, "-token context are left (", state.position(), " already in the session)");
+  }
+  const int64_t V = model.vocab_size(), W = model.hidden_width();
+  Sampler sampler(options.sampler);
+  // The draft distribution q: the same temperature and filters, no penalties
+  // (any q keeps the output exact; this one is close to p).
+  SamplerConfig dcfg = options.sampler;
+  dcfg.repetition_penalty = 1.0f;
+  dcfg.presence_penalty = dcfg.frequency_penalty = 0.0f;
+  dcfg.context.clear();
+  dcfg.observe = nullptr;
+  const Sampler draft_sampler(dcfg);
+  Uniform uniform(options.sampler.seed);
+  SpecDecodeStats local;
+  local.drafted.assign(size_t(k), 0);
+  local.accepted.assign(size_t(k), 0);
+  using Clock = std::chrono::steady_clock;
+
+  GenerateResult r;
+  r.prompt_tokens = int64_t(prompt.size());
+  // Prefill, keeping the main model's states of the last rows the draft layer reads.
+  const int64_t n = int64_t(prompt.size()), m = std::min(n, std::max<int64_t>(1, model.draft_context()));
+  std::vector<float> logits(static_cast<size_t>(V));
+  std::vector<float> pending_hidden(size_t(m * W));   // [rows][W]: main states the draft layer has not read
+  std::vector<int32_t> pending_tokens(prompt.end() - (m - 1), prompt.end());  // the token after each row
+  auto t0 = Clock::now();
+  {
+    SeqStep s;
+    s.state = &state;
+    s.tokens = prompt;
+    s.rows = LogitRows::last;
+    s.logits = logits.data();
+    s.hidden = pending_hidden.data();
+    s.hidden_first = n - m;
+    model.step(std::span<const SeqStep>(&s, 1));
+  }
+  if (options.max_new_tokens == 0) {
+    r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  }
+  // The draft layer reads the prompt's rows whose next token is known (all
+  // but the last) as part of the prefill, so that a draft step is one row.
+  auto draft_state = model.new_draft_state();
+  if (m > 1) {
+    DraftStep d;
+    d.state = draft_state.get();
+    d.tokens = pending_tokens;
+    d.hidden = pending_hidden.data();
+    d.rows = LogitRows::none;
+    model.draft_step(std::span<const DraftStep>(&d, 1));
+    pending_hidden.erase(pending_hidden.begin(), pending_hidden.end() - W);
+    pending_tokens.clear();
+  }
+  r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  auto t1 = Clock::now();
+
+  // Emits one token; false when generation ends with it.
+  bool done = false;
+  auto emit = [&](int32_t id) {
+    r.tokens.push_back(id);
+    if (std::find(stops.begin(), stops.end(), int64_t(id)) != stops.end()) {
+      r.reason = StopReason::stop_token;
+      return done = true, false;
+    }
+    if (on_token && !on_token(id)) {
+      r.reason = StopReason::callback;
+      return done = true, false;
+    }
+    if (int64_t(r.tokens.size()) >= options.max_new_tokens) {
+      r.reason = StopReason::max_tokens;
+      return done = true, false;
+    }
+    return true;
+  };
+  int32_t last = sampler.sample(logits.data(), V);
+  emit(last);
+
+  std::vector<float> draft_logits(static_cast<size_t>(V)), own(static_cast<size_t>(W)), own_next(static_cast<size_t>(W));
+  std::vector<int32_t> verify_tokens;
+  std::vector<float> verify_logits, verify_hidden;
+  std::vector<std::vector<std::pair<int32_t, double>>> q(static_cast<size_t>(k));
+  while (!done) {
+    const int64_t P = state.position();
+    if (P >= context) {  // no room to feed the last token
+      r.reason = StopReason::context_full;
+      break;
+    }
+    // Drafts this step: each emitted token needs its budget, each fed one its context.
+    const int64_t kk = std::min({k, options.max_new_tokens - int64_t(r.tokens.size()) - 1, context - P - 1});
+    verify_tokens.assign(1, last);
+    auto d0 = Clock::now();
+    if (kk > 0) {
+      // Draft 1: the queued main-model rows, the last of them with `last`.
+      pending_tokens.push_back(last);
+      DraftStep d;
+      d.state = draft_state.get();
+      d.tokens = pending_tokens;
+      d.hidden = pending_hidden.data();
+      d.logits = draft_logits.data();
+      d.hidden_out = own.data();
+      model.draft_step(std::span<const DraftStep>(&d, 1));
+      const int64_t keep = draft_state->position();  // rows read from the main model
+      for (int64_t j = 0; j < kk; ++j) {
+        q[size_t(j)] = draft_sampler.distribution(draft_logits.data(), V);
+        const int32_t dj = draw(q[size_t(j)], uniform.next());
+        verify_tokens.push_back(dj);
+        if (j + 1 == kk) break;
+        // Draft j + 1 reads draft j's own output state (chained).
+        const int32_t one[1] = {dj};
+        DraftStep c;
+        c.state = draft_state.get();
+        c.tokens = one;
+        c.hidden = own.data();
+        c.logits = draft_logits.data();
+        c.hidden_out = own_next.data();
+        model.draft_step(std::span<const DraftStep>(&c, 1));
+        own.swap(own_next);
+      }
+      // The chained rows read the draft's own states: the next step replaces
+      // them by rows of the main model's.
+      model.truncate(*draft_state, keep);
+      local.draft_forwards += kk;
+    }
+    auto v0 = Clock::now();
+    local.draft_seconds += std::chrono::duration<double>(v0 - d0).count();
+    // Verify: one main step over [last, d_1 .. d_kk], every row's logits and state.
+    const int64_t rows = kk + 1;
+    verify_logits.resize(size_t(rows * V));
+    verify_hidden.resize(size_t(rows * W));
+    {
+      SeqStep s;
+      s.state = &state;
+      s.tokens = verify_tokens;
+      s.rows = LogitRows::all;
+      s.logits = verify_logits.data();
+      s.hidden = verify_hidden.data();
+      model.step(std::span<const SeqStep>(&s, 1));
+    }
+    local.verify_seconds += std::chrono::duration<double>(Clock::now() - v0).count();
+    // Accept the longest agreeing prefix, then the main model's own token.
+    std::vector<int32_t> emitted;
+    bool all_accepted = true;
+    for (int64_t j = 0; j < kk && !done; ++j) {
+      const auto p = sampler.distribution(verify_logits.data() + j * V, V);
+      bool accepted = false;
+      const double u1 = uniform.next(), u2 = uniform.next();
+      const int32_t tok = rejection_sample(p, q[size_t(j)], verify_tokens[size_t(j + 1)], u1, u2, &accepted);
+      sampler.record(tok);
+      local.drafted[size_t(j)] += 1;
+      local.accepted[size_t(j)] += accepted;
+      emitted.push_back(tok);
+      emit(tok);
+      if (!accepted) {
+        all_accepted = false;
+        break;
+      }
+    }
+    if (all_accepted && !done) {
+      const int32_t tok = sampler.sample(verify_logits.data() + kk * V, V);
+      emitted.push_back(tok);
+      emit(tok);
+    }
+    local.steps += 1;
+    local.emitted += int64_t(emitted.size());
+    // Keep the rows of the fed tokens before the last emitted one (that one is
+    // not fed, as in plain decoding): [last, e_1 .. e_{i-1}].
+    const int64_t i = int64_t(emitted.size());
+    model.truncate(state, P + i);
+    pending_hidden.assign(verify_hidden.begin(), verify_hidden.begin() + i * W);
+    pending_tokens.assign(emitted.begin(), emitted.end() - 1);
+    last = emitted.back();
+  }
+  r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  if (stats) stats->add(local);
+  return r;
+}
+
+}  // namespace nibble

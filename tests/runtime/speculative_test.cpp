@@ -1,0 +1,450 @@
+// Speculative decoding (runtime/speculative.h):
+// - greedy output equals plain decoding token for token: with the fixtures'
+//   real MTP layers (random weights: drafts mostly rejected), and with the
+//   main model as its own draft (MainAsDraft below: every draft accepted, or
+//   every w-th one wrong), on every fixture and the shipped model, several
+//   prompts, across sliding-window and compression-window boundaries;
+// - rejection sampling gives exactly the target distribution: a chi-square
+//   test of rejection_sample() against p (and a deliberately wrong sampler
+//   shown to fail the same test), and of whole speculative generations on a
+//   fixture against the distribution computed from the model's logits;
+// - bad input: k out of range, a model without an MTP layer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "model/registry.h"
+#include "nibble/engine.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "runtime/speculative.h"
+#include "util/error.h"
+
+namespace nibble {
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/dsv4/" + name; }
+const std::string kShipped = std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny";
+
+LoadOptions load_options() {
+  LoadOptions o;
+  o.threads = 2;
+  o.bandwidth_gbps = 10.0;
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// The main model as its own draft layer: the draft state is a main state fed
+// the same tokens, so each draft is the main model's own greedy choice and is
+// accepted, except at every `wrong_every`-th draft proposal, whose best logit
+// is knocked out (that draft is then the second choice, rejected under
+// greedy); with `noise`, every draft logit moves by up to that much (a draft
+// distribution q close to, but not equal to, the main model's p). It needs the
+// prompt to start its state, as the real MTP layer needs the main model's rows.
+class MainAsDraft : public Model {
+ public:
+  MainAsDraft(const Model& inner, std::vector<int32_t> prompt, int64_t wrong_every, int64_t context, float noise = 0)
+      : inner_(inner), prompt_(std::move(prompt)), wrong_every_(wrong_every), context_(context), noise_(noise) {}
+
+  const std::string& architecture() const override { return inner_.architecture(); }
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t bos_token_id() const override { return inner_.bos_token_id(); }
+  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
+  int64_t max_context() const override { return inner_.max_context(); }
+  const Plan& plan() const override { return inner_.plan(); }
+  std::unique_ptr<ModelState> new_state() const override { return inner_.new_state(); }
+  std::unique_ptr<ModelState> fork(const ModelState& s) const override {
+    if (auto* d = dynamic_cast<const DraftState*>(&s)) {
+      auto c = std::make_unique<DraftState>();
+      c->main = inner_.fork(*d->main);
+      c->base = d->base;
+      return c;
+    }
+    return inner_.fork(s);
+  }
+  void truncate(ModelState& s, int64_t p) const override {
+    if (auto* d = dynamic_cast<DraftState*>(&s)) return inner_.truncate(*d->main, d->base + p);
+    inner_.truncate(s, p);
+  }
+  void step(std::span<const SeqStep> batch, StepStats* stats) const override { inner_.step(batch, stats); }
+  int64_t step_token_budget() const override { return inner_.step_token_budget(); }
+  int64_t hidden_width() const override { return inner_.hidden_width(); }
+  bool has_draft() const override { return true; }
+  std::string draft_unavailable() const override { return ""; }
+  int64_t draft_context() const override { return context_; }
+  std::unique_ptr<ModelState> new_draft_state() const override {
+    // Rows start at main position n - m (m = the rows speculative_generate
+    // feeds first); row r's token is the one at n - m + r + 1, so the state
+    // has read tokens 0 .. n - m.
+    const int64_t n = int64_t(prompt_.size()), m = std::min(n, context_);
+    auto d = std::make_unique<DraftState>();
+    d->main = inner_.new_state();
+    d->base = n - m + 1;
+    inner_.forward(*d->main, std::span<const int32_t>(prompt_.data(), size_t(d->base)), nullptr, false);
+    return d;
+  }
+  void draft_step(std::span<const DraftStep> batch) const override {
+    const int64_t V = vocab_size();
+    for (const DraftStep& s : batch) {
+      auto& d = dynamic_cast<DraftState&>(*s.state);
+      const int64_t n = int64_t(s.tokens.size());
+      std::vector<float> all(size_t(n * V));
+      inner_.forward(*d.main, s.tokens, all.data(), true);
+      float* l = all.data() + (n - 1) * V;  // the proposal's row (none: rows only read)
+      if (s.rows != LogitRows::none && wrong_every_ > 0 && ++proposals_ % wrong_every_ == 0) l[argmax(l, V)] = -1e30f;
+      if (noise_ > 0)
+        for (int64_t v = 0; v < V; ++v) l[v] += noise_ * (float(rng_() % 2001) / 1000.0f - 1.0f);
+      if (s.rows == LogitRows::all) std::copy(all.begin(), all.end(), s.logits);
+      if (s.rows == LogitRows::last) std::copy(all.end() - V, all.end(), s.logits);
+      if (s.hidden_out) std::fill(s.hidden_out, s.hidden_out + hidden_width(), 0.0f);
+    }
+  }
+
+ private:
+  struct DraftState : ModelState {
+    std::unique_ptr<ModelState> main;
+    int64_t base = 0;  // main tokens read before row 0's
+    int64_t position() const override { return main->position() - base; }
+    int64_t truncate_floor() const override { return 0; }
+    uint64_t memory_bytes() const override { return main->memory_bytes(); }
+  };
+  const Model& inner_;
+  std::vector<int32_t> prompt_;
+  int64_t wrong_every_, context_;
+  float noise_;
+  mutable int64_t proposals_ = 0;
+  mutable std::mt19937 rng_{12345};
+};
+
+GenerateOptions greedy(int64_t max_new) {
+  GenerateOptions g;
+  g.max_new_tokens = max_new;
+  g.sampler.temperature = 0;
+  g.use_model_eos = false;  // long runs across the window boundaries
+  return g;
+}
+
+std::vector<int32_t> plain_tokens(const Model& model, std::span<const int32_t> prompt, const GenerateOptions& g) {
+  Session s(model);
+  return generate(s, prompt, g).tokens;
+}
+
+std::vector<int32_t> prompt_of(const Model& model, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = int32_t(2 + rng() % uint64_t(model.vocab_size() - 2));
+  if (model.bos_token_id() >= 0) p[0] = int32_t(model.bos_token_id());
+  return p;
+}
+
+struct Case {
+  std::string path;
+  bool real_mtp;
+};
+
+// Prompt lengths and new tokens: short prompts, and ones that end just before
+// 128 so that decoding crosses the sliding windows (8, 12, 64) and the
+// compressed windows (4 and 128) during verification and rollback.
+const std::vector<std::pair<int64_t, int64_t>> kPrompts = {{1, 24}, {6, 30}, {121, 20}};
+
+class SpecGreedy : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SpecGreedy, MainModelAsDraftGivesPlainTokens) {
+  auto model = load_model(GetParam().path, load_options());
+  for (const auto& [n, new_tokens] : kPrompts) {
+    const auto prompt = prompt_of(*model, n, uint64_t(n));
+    const GenerateOptions g = greedy(new_tokens);
+    const auto want = plain_tokens(*model, prompt, g);
+    for (int64_t wrong : {0, 2, 3}) {
+      for (int64_t k : {1, 2, 4}) {
+        MainAsDraft m(*model, prompt, wrong, 5);
+        auto st = m.new_state();
+        SpecDecodeStats stats;
+        GenerateResult got = speculative_generate(m, *st, prompt, g, k, {}, &stats);
+        ASSERT_EQ(got.tokens, want) << GetParam().path << " prompt " << n << " k " << k << " wrong every " << wrong;
+        // The last sampled token is not fed.
+        EXPECT_EQ(st->position(), n + int64_t(want.size()) - 1);
+        int64_t drafted = 0, accepted = 0;
+        for (size_t j = 0; j < stats.drafted.size(); ++j) {
+          drafted += stats.drafted[j];
+          accepted += stats.accepted[j];
+        }
+        EXPECT_EQ(stats.emitted, int64_t(want.size()) - 1);  // the first token comes from the prefill
+        if (wrong == 0) {
+          EXPECT_EQ(accepted, drafted) << "every draft is the main model's own choice";
+        } else {
+          EXPECT_LT(accepted, drafted);
+        }
+        EXPECT_GT(accepted, 0);
+      }
+    }
+  }
+}
+
+TEST_P(SpecGreedy, RealMtpLayerGivesPlainTokens) {
+  if (!GetParam().real_mtp) GTEST_SKIP() << "no MTP layer in " << GetParam().path;
+  auto model = load_model(GetParam().path, load_options());
+  ASSERT_TRUE(model->has_draft());
+  SpecDecodeStats total;
+  for (const auto& [n, new_tokens] : kPrompts) {
+    const auto prompt = prompt_of(*model, n, uint64_t(n) + 100);
+    const GenerateOptions g = greedy(new_tokens);
+    const auto want = plain_tokens(*model, prompt, g);
+    for (int64_t k : {1, 2, 3, 5}) {
+      auto st = model->new_state();
+      GenerateResult got = speculative_generate(*model, *st, prompt, g, k, {}, &total);
+      ASSERT_EQ(got.tokens, want) << GetParam().path << " prompt " << n << " k " << k;
+      EXPECT_EQ(st->position(), n + int64_t(want.size()) - 1);
+    }
+  }
+  std::printf("[ %s ] random-weight MTP: mean accepted length %.3f over %lld verify steps, first-draft acceptance %lld / %lld\n",
+              GetParam().path.c_str(), total.mean_accepted_length(), (long long)total.steps,
+              (long long)total.accepted[0], (long long)total.drafted[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SpecGreedy,
+                         ::testing::Values(Case{fixture("flash_tiny_stock"), true}, Case{fixture("flash_tiny_nvfp4"), true},
+                                           Case{fixture("hf_tiny_fp8experts"), false}, Case{kShipped, false}));
+
+// Stop rules, the callback and the context end behave as in generate().
+TEST(SpecGreedyLimits, StopTokenCallbackAndContext) {
+  auto model = load_model(fixture("flash_tiny_stock"), load_options());
+  const auto prompt = prompt_of(*model, 6, 6);
+  GenerateOptions g = greedy(30);
+  const auto want = plain_tokens(*model, prompt, g);
+  // A stop token in the middle of an accepted run of drafts ends there.
+  g.stop_tokens = {want[9]};
+  const auto want_stop = plain_tokens(*model, prompt, g);
+  MainAsDraft m(*model, prompt, 0, 5);
+  auto st = m.new_state();
+  GenerateResult got = speculative_generate(m, *st, prompt, g, 4, {}, nullptr);
+  EXPECT_EQ(got.tokens, want_stop);
+  EXPECT_EQ(got.reason, StopReason::stop_token);
+  // The callback stops after its 7th token.
+  g.stop_tokens.clear();
+  int calls = 0;
+  auto st2 = m.new_state();
+  got = speculative_generate(m, *st2, prompt, g, 4, [&](int32_t) { return ++calls < 7; }, nullptr);
+  EXPECT_EQ(got.reason, StopReason::callback);
+  EXPECT_EQ(got.tokens, std::vector<int32_t>(want.begin(), want.begin() + 7));
+  EXPECT_EQ(st2->position(), 6 + 7 - 1);
+}
+
+// ---------------------------------------------------------------------------
+// Chi-square. The survival function of the chi-square distribution with k
+// degrees of freedom: 1 - P(k/2, x/2), P the regularized lower incomplete
+// gamma function, by its power series (converges for every x; ~x terms).
+double chi2_sf(double x, int k) {
+  const double a = 0.5 * k, z = 0.5 * x;
+  double term = 1.0 / a, sum = term;
+  for (int n = 1; n < 2000; ++n) {
+    term *= z / (a + n);
+    sum += term;
+    if (term < sum * 1e-17) break;
+  }
+  const double p = std::exp(-z + a * std::log(z) - std::lgamma(a)) * sum;
+  return 1.0 - p;
+}
+
+// The statistic above which a true null fails with probability `rate`.
+double chi2_threshold(int k, double rate) {
+  double lo = 0, hi = 10.0 * k + 200;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (chi2_sf(mid, k) > rate ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+// Pearson's statistic of `counts` (N draws) against probabilities `p`; every
+// expected count must be >= 5 for the chi-square approximation.
+double chi2_stat(const std::map<int32_t, int64_t>& counts, const std::map<int32_t, double>& p, int64_t N) {
+  double x = 0;
+  for (const auto& [id, pr] : p) {
+    const double e = pr * double(N);
+    EXPECT_GE(e, 5.0) << "cell " << id << ": too few expected draws for the chi-square approximation";
+    auto it = counts.find(id);
+    const double o = it == counts.end() ? 0.0 : double(it->second);
+    x += (o - e) * (o - e) / e;
+  }
+  for (const auto& [id, c] : counts)
+    if (!p.count(id)) x += 1e30;  // a token p cannot produce
+  return x;
+}
+
+// One false failure in a million runs.
+constexpr double kFalseFailureRate = 1e-6;
+
+TEST(ChiSquare, ThresholdMatchesTables) {
+  // Published quantiles (e.g. NIST/SEMATECH tables): chi2_{0.999}(5) = 20.515, chi2_{0.95}(10) = 18.307.
+  EXPECT_NEAR(chi2_threshold(5, 1e-3), 20.515, 2e-3);
+  EXPECT_NEAR(chi2_threshold(10, 0.05), 18.307, 2e-3);
+}
+
+using Dist = std::vector<std::pair<int32_t, double>>;
+
+// Draws N tokens: d ~ q, then `sampler(p, q, d, u1, u2)`.
+template <class F>
+std::map<int32_t, int64_t> run_sampler(const Dist& p, const Dist& q, int64_t N, uint64_t seed, F&& sampler) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  std::map<int32_t, int64_t> counts;
+  for (int64_t i = 0; i < N; ++i) {
+    double u = U(rng), acc = 0;
+    int32_t d = q.back().first;
+    for (const auto& [id, pr] : q)
+      if (u < (acc += pr)) {
+        d = id;
+        break;
+      }
+    counts[sampler(p, q, d, U(rng), U(rng))] += 1;
+  }
+  return counts;
+}
+
+TEST(RejectionSampling, OutputIsDistributedAsTarget) {
+  // A small vocabulary; q overlaps p only partly (it puts mass on token 5,
+  // which p never draws, and too little on 0 and 3).
+  const Dist p = {{0, 0.35}, {1, 0.25}, {2, 0.2}, {3, 0.15}, {4, 0.05}};
+  const Dist q = {{0, 0.1}, {1, 0.4}, {2, 0.2}, {3, 0.05}, {5, 0.25}};
+  const std::map<int32_t, double> pm(p.begin(), p.end());
+  const int64_t N = 200000;
+  const double limit = chi2_threshold(int(p.size()) - 1, kFalseFailureRate);
+  auto right = [](const Dist& p, const Dist& q, int32_t d, double u1, double u2) {
+    bool acc;
+    return rejection_sample(p, q, d, u1, u2, &acc);
+  };
+  const double x = chi2_stat(run_sampler(p, q, N, 1, right), pm, N);
+  std::printf("rejection sampling: chi2 %.2f (threshold %.2f at false-failure rate %g, %zu dof)\n", x, limit,
+              kFalseFailureRate, p.size() - 1);
+  EXPECT_LT(x, limit);
+  // A classic mistake: on rejection, draw from p itself instead of the
+  // residual max(0, p - q). It over-weights what q already proposed.
+  auto wrong = [](const Dist& p, const Dist& q, int32_t d, double u1, double u2) {
+    bool acc;
+    const int32_t t = rejection_sample(p, q, d, u1, u2, &acc);
+    if (acc) return t;
+    double a = 0;
+    for (const auto& [id, pr] : p)
+      if (u2 < (a += pr)) return id;
+    return p.back().first;
+  };
+  const double xw = chi2_stat(run_sampler(p, q, N, 1, wrong), pm, N);
+  std::printf("wrong sampler (resample from p): chi2 %.1f\n", xw);
+  EXPECT_GT(xw, limit);
+  // Greedy: one-hot p and q accept iff equal, else p's token.
+  bool acc = true;
+  EXPECT_EQ(rejection_sample(Dist{{3, 1.0}}, Dist{{2, 1.0}}, 2, 0.0, 0.5, &acc), 3);
+  EXPECT_FALSE(acc);
+  EXPECT_EQ(rejection_sample(Dist{{2, 1.0}}, Dist{{2, 1.0}}, 2, 0.999, 0.5, &acc), 2);
+  EXPECT_TRUE(acc);
+}
+
+// Whole speculative generations: over many seeds, the first three generated
+// tokens (the second and third drafted, verified and accepted or resampled in
+// one step with k = 2) are distributed as plain sampling's, computed exactly
+// from the model's logits and the Sampler's distribution. The draft is the
+// main model with noise on its logits (the fixtures' random MTP layers share
+// no top-3 token with the main model, so nothing would be accepted).
+TEST(RejectionSampling, SpeculativeGenerationsAreDistributedAsPlain) {
+  auto model = load_model(fixture("flash_tiny_nvfp4"), load_options());
+  const int64_t V = model->vocab_size();
+  const std::vector<int32_t> prompt = {0, 17, 42};
+  GenerateOptions g;
+  g.max_new_tokens = 3;
+  g.use_model_eos = false;
+  g.sampler.temperature = 2.0f;
+  g.sampler.top_k = 3;
+  // Exact joint distribution of (t1, t2, t3) under plain sampling.
+  Sampler probe(g.sampler);
+  std::map<int32_t, double> exact;  // key (t1 * V + t2) * V + t3
+  auto dist_after = [&](const std::vector<int32_t>& toks) {
+    auto st = model->new_state();
+    std::vector<float> l(static_cast<size_t>(V));
+    model->forward(*st, toks, l.data(), false);
+    return probe.distribution(l.data(), V);
+  };
+  for (const auto& [t1, p1] : dist_after(prompt)) {
+    auto a = prompt;
+    a.push_back(t1);
+    for (const auto& [t2, p2] : dist_after(a)) {
+      auto b = a;
+      b.push_back(t2);
+      for (const auto& [t3, p3] : dist_after(b)) exact[int32_t((t1 * V + t2) * V + t3)] = p1 * p2 * p3;
+    }
+  }
+  const int64_t N = 2000;
+  std::map<int32_t, int64_t> counts;
+  SpecDecodeStats stats;
+  MainAsDraft m(*model, prompt, 0, 5, /*noise=*/3.0f);
+  for (int64_t i = 0; i < N; ++i) {
+    g.sampler.seed = uint64_t(i) * 7919 + 1;
+    auto st = m.new_state();
+    GenerateResult r = speculative_generate(m, *st, prompt, g, 2, {}, &stats);
+    ASSERT_EQ(r.tokens.size(), 3u);
+    counts[int32_t((r.tokens[0] * V + r.tokens[1]) * V + r.tokens[2])] += 1;
+  }
+  const double x = chi2_stat(counts, exact, N);
+  const double limit = chi2_threshold(int(exact.size()) - 1, kFalseFailureRate);
+  std::printf("speculative sampling, %zu outcomes: chi2 %.2f (threshold %.2f), first-draft acceptance %lld / %lld\n",
+              exact.size(), x, limit, (long long)stats.accepted[0], (long long)stats.drafted[0]);
+  EXPECT_LT(x, limit);
+  // Both branches ran many times: drafts accepted, and rejected then resampled.
+  EXPECT_GT(stats.accepted[0], N / 10);
+  EXPECT_LT(stats.accepted[0], stats.drafted[0] - N / 10);
+}
+
+// ---------------------------------------------------------------------------
+// Bad input.
+TEST(SpecErrors, DraftTokensOutOfRange) {
+  auto model = load_model(fixture("flash_tiny_stock"), load_options());
+  for (int64_t k : {-1, 16, 100}) {
+    try {
+      check_speculative(*model, k, 16);
+      ADD_FAILURE() << k;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--spec-draft-tokens must be in [1, 15]"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    check_speculative(*model, 8, 4);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rollback"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_speculative(*model, 3, 16));
+}
+
+TEST(SpecErrors, ModelWithoutMtp) {
+  EngineOptions o;
+  o.threads = 2;
+  o.bandwidth_gbps = 10;
+  auto e = Engine::load(fixture("hf_tiny_fp8experts"), o);
+  EXPECT_NE(e->draft_unavailable().find("num_nextn_predict_layers is 0"), std::string::npos) << e->draft_unavailable();
+  const SeqId s = e->create();
+  GenerationParams p;
+  p.draft_tokens = 2;
+  const std::vector<int32_t> prompt = {0, 5, 6};
+  try {
+    e->generate(s, prompt, p);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("MTP layer"), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(e->position(s), 0) << "nothing ran";
+  // With an MTP layer the Engine reports acceptance.
+  auto f = Engine::load(fixture("flash_tiny_stock"), o);
+  EXPECT_EQ(f->draft_unavailable(), "");
+  const SeqId t = f->create();
+  p.max_new_tokens = 10;
+  p.sampling.temperature = 0;
+  GenerationResult r = f->generate(t, prompt, p);
+  EXPECT_EQ(r.spec.drafted.size(), 2u);
+  EXPECT_GT(r.spec.steps, 0);
+  EXPECT_EQ(r.spec.emitted + 1, int64_t(r.tokens.size()));
+}
+
+}  // namespace
+}  // namespace nibble
