@@ -3,7 +3,7 @@
 // type or an impossible value is a 400 naming the field (ApiError), so a
 // client learns at once that a setting it relies on is not honoured. Fields
 // OpenAI defines that nibble does not implement yet are accepted only at
-// their neutral value (n 1, penalties 0, logprobs false, echo false).
+// their neutral value (penalties 0, echo false).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,12 @@ namespace nibble::server {
 inline constexpr int kMaxJsonDepth = 32;
 inline constexpr size_t kMaxStopStrings = 4;
 inline constexpr size_t kMaxStopLength = 256;
+inline constexpr int64_t kMaxTopLogprobs = 20;  // OpenAI's bound
+inline constexpr int64_t kMaxChoices = 16;      // n
+
+// tool_choice: "auto" (the model decides), "none" (no tools offered),
+// "required" (a call is forced), or one named function (forced).
+enum class ToolChoice { Auto, None, Required, Named };
 
 // What /v1/completions and /v1/chat/completions share.
 struct GenerationRequest {
@@ -39,6 +45,20 @@ struct GenerationRequest {
   std::vector<std::string> stop;       // stop strings, at most kMaxStopStrings
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
+  int64_t n = 1;                       // choices, from one prefill
+  // Log-probabilities of the sampled tokens and of the `top_logprobs` most
+  // likely ones (chat: logprobs true + top_logprobs; completions: logprobs N).
+  bool logprobs = false;
+  int64_t top_logprobs = 0;
+
+  // Chat only.
+  bool thinking = false;               // chat_template_kwargs.thinking, reasoning_effort, thinking.type
+  ReasoningEffort effort = ReasoningEffort::Default;
+  std::string tools;                   // the "tools" array as JSON text ("" = none)
+  std::vector<std::string> tool_names; // their function names, in order
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_name;        // ToolChoice::Named
+  bool parallel_tool_calls = true;     // false: only the first call is kept
 };
 
 // Throw ApiError (400) for anything malformed. `vocab_size` bounds token ids.

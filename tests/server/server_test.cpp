@@ -218,7 +218,7 @@ TEST_F(Serve, ClientMistakesAre4xxInOpenAIsEnvelope) {
   EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt":"x","frobnicate":true})").status, 400);
   EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt":"x","max_tokens":"many"})").status, 400);
   EXPECT_EQ(http_post(port(), "/v1/completions", R"({"prompt":"x","temperature":-3})").status, 400);
-  EXPECT_EQ(http_post(port(), "/v1/chat/completions", R"({"messages":[{"role":"user"}],"n":3})").status, 400);
+  EXPECT_EQ(http_post(port(), "/v1/chat/completions", R"({"messages":[{"role":"user"}],"n":99})").status, 400);
   EXPECT_EQ(http_post(port(), "/v1/completions", "{\"prompt\":\"\xff\"}").status, 400);
   const auto model = http_post(port(), "/v1/completions", R"({"prompt":"x","model":"gpt-4"})");
   EXPECT_EQ(model.status, 404);
