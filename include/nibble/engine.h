@@ -27,6 +27,11 @@ struct EngineOptions {
   int64_t step_tokens = 256;             // most tokens one forward step processes (activation memory)
   int64_t rollback_tokens = 16;          // truncation depth that needs no refeeding
   bool profile = false;                  // time every phase; the table goes to stderr when the Engine is destroyed
+  bool check_weights = true;             // refuse weights with NaN scale codes at load (false: --no-check-weights)
+  bool load_tokenizer = true;            // false: callers that tokenize themselves skip tokenizer.json
+  // Called while weights bind and are checked: bytes done and in all (a
+  // progress bar for large models). May be empty.
+  std::function<void(uint64_t done, uint64_t total)> on_progress;
 };
 
 // A sequence's handle. Ids are never reused within one Engine.
@@ -48,12 +53,29 @@ struct StepReport {
   int64_t distinct_experts = 0;  // routed experts read, over layers and forwards
 };
 
+// Penalties apply first, to the raw logits, as transformers and vLLM do:
+// repetition_penalty (transformers' RepetitionPenaltyLogitsProcessor) over
+// every token of the sequence so far, fed or generated, each id once; then
+// presence / frequency penalties (OpenAI's) over the tokens this sampler
+// generated. Then temperature, top-k, top-p, min-p in that order.
 struct SamplingParams {
-  float temperature = 1.0f;              // 0 = greedy (argmax; ties -> lowest id)
+  float temperature = 1.0f;              // 0 = greedy (argmax of the penalised logits; ties -> lowest id)
   int64_t top_k = 0;                     // 0 = off
   float top_p = 1.0f;                    // 1 = off
   float min_p = 0.0f;                    // 0 = off
   uint64_t seed = 0;
+  float repetition_penalty = 1.0f;       // > 0; 1 = off
+  float presence_penalty = 0.0f;         // [-2, 2]; 0 = off
+  float frequency_penalty = 0.0f;        // [-2, 2]; 0 = off
+};
+
+// The model publisher's defaults: generation_config.json (validated when
+// the model loads: a bad field is a load error naming the file and field)
+// over the model card's temperature 1.0 / top_p 1.0.
+struct GenerationDefaults {
+  SamplingParams sampling;               // temperature (0 after "do_sample": false), top_k, top_p, min_p, repetition_penalty
+  std::vector<int64_t> stop_tokens;      // its eos_token_id, besides eos_token_ids()
+  std::string source;                    // the file read; "" when the model has none
 };
 
 struct GenerationParams {
@@ -61,6 +83,10 @@ struct GenerationParams {
   std::vector<int64_t> stop_tokens;      // besides the model's end-of-sequence ids
   bool use_model_eos = true;
   SamplingParams sampling;
+  // Called for every sampled token with the logits it was drawn from
+  // (penalties applied; before temperature and the filters) and the id
+  // drawn; for log-probabilities. May be empty.
+  std::function<void(const float* logits, int64_t vocab, int32_t chosen)> observe;
 };
 
 enum class FinishReason { stop_token, max_tokens, callback, cancelled, context_full };
@@ -96,6 +122,10 @@ class Engine {
   const std::vector<int64_t>& eos_token_ids() const;
   int64_t step_token_budget() const;
   int threads() const;                            // CPU threads the forward uses
+  const GenerationDefaults& generation_defaults() const;
+  // The kernels bound for an op group, for logs: "moe" (routed experts) or
+  // "linear" (every other matrix op); registry names, comma-separated.
+  std::string kernels(const std::string& op_group) const;
 
   // Text (needs tokenizer.json; throws otherwise).
   bool has_tokenizer() const;
@@ -109,7 +139,9 @@ class Engine {
   void truncate(SeqId seq, int64_t position);     // back to `position` (0 .. position(seq))
   void release(SeqId seq);
   int64_t position(SeqId seq) const;
-  uint64_t memory_bytes(SeqId seq) const;         // host memory its state holds
+  uint64_t memory_bytes(SeqId seq) const;         // host memory its state holds (token history included)
+  // The tokens fed so far, in order (what repetition_penalty covers).
+  std::vector<int32_t> tokens(SeqId seq) const;
   size_t live_sequences() const;
 
   // One forward step over the batch (any mix of prefill chunks and single
@@ -124,8 +156,11 @@ class Engine {
   // steps without it).
   std::vector<std::vector<float>> step(std::span<const StepInput> batch, StepReport* report = nullptr);
 
-  // Samples a token from logits [vocab] with the sequence's own generator
-  // (seeded by params.seed the first time it samples, or after reseed()).
+  // Samples a token from logits [vocab] with the sequence's own sampler,
+  // made from `params` the first time it samples or after reseed(): its
+  // generator is seeded by params.seed and its presence / frequency
+  // penalties count the tokens it has drawn since. Settings out of range
+  // throw naming the field.
   int32_t sample(SeqId seq, const float* logits, const SamplingParams& params);
   void reseed(SeqId seq);
 
@@ -133,6 +168,9 @@ class Engine {
   // token at a time until a stop token, the budget, the context's end,
   // on_token returning false (callback) or cancel(seq) (cancelled). The last
   // sampled token is not fed (the sequence ends one short of the tokens).
+  // A sampler of its own (seeded by params.sampling.seed; presence and
+  // frequency penalties count this call's tokens); repetition_penalty covers
+  // the sequence's earlier tokens too.
   GenerationResult generate(SeqId seq, std::span<const int32_t> prompt, const GenerationParams& params,
                             const std::function<bool(int32_t)>& on_token = {});
   // Makes a running (or the next) generate() on `seq` stop before its next token.

@@ -101,13 +101,7 @@ int bench_decode(const std::vector<std::string>& argv) {
   const uint64_t seed = uint64_t(args.integer("--seed", 0, 0, INT64_MAX));
   const bool json = args.has("--json");
 
-  EngineOptions opt;
-  opt.threads = threads_arg(args);
-  opt.moe_backend = args.str("--moe-backend", "auto");
-  opt.linear_backend = args.str("--linear-backend", "auto");
-  check_backend_name("--moe-backend", opt.moe_backend, true);
-  check_backend_name("--linear-backend", opt.linear_backend, false);
-  opt.profile = args.has("--profile");
+  EngineOptions opt = engine_options(args);
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
   auto engine = Engine::load(dir, opt);
   const int64_t V = engine->vocab_size();

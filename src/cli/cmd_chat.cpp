@@ -37,9 +37,9 @@ std::vector<OptionSpec> options() {
 }
 
 // The generated tokens without the stop token that ended them, if one did.
-std::vector<int32_t> without_stop_token(const GenerateResult& r) {
+std::vector<int32_t> without_stop_token(const GenerationResult& r) {
   std::vector<int32_t> reply = r.tokens;
-  if (r.reason == StopReason::stop_token && !reply.empty()) reply.pop_back();
+  if (r.reason == FinishReason::stop_token && !reply.empty()) reply.pop_back();
   return reply;
 }
 
@@ -85,7 +85,7 @@ int run_chat(const std::vector<std::string>& argv) {
     return 0;
   }
   TextModel tm = load_text_model(args, usage);
-  GenerateOptions gen = generation_options(args, tm);
+  GenerationParams gen = generation_options(args, tm);
   const bool quiet = args.has("--quiet");
   if (!quiet)
     std::fprintf(stderr, "[nibble] loaded %s in %.3f s; /help lists the commands\n", tm.dir.c_str(), tm.load_seconds);
@@ -104,7 +104,7 @@ int run_chat(const std::vector<std::string>& argv) {
     }
   };
   start();
-  Session session(*tm.model);
+  SeqId seq = tm.engine->create();
   std::vector<int32_t> cached;  // the tokens the caches hold, in order
 
   LineReader reader(/*interactive=*/!quiet);
@@ -121,7 +121,8 @@ int run_chat(const std::vector<std::string>& argv) {
     }
     if (line == "/reset") {
       start();
-      session.reset();
+      tm.engine->release(seq);
+      seq = tm.engine->create();
       cached.clear();
       continue;
     }
@@ -149,17 +150,18 @@ int run_chat(const std::vector<std::string>& argv) {
     const bool reuse = !cached.empty() && cached.size() < ids.size() &&
                        std::equal(cached.begin(), cached.end(), ids.begin());
     if (!reuse) {
-      session.reset();
+      tm.engine->release(seq);
+      seq = tm.engine->create();
       cached.clear();
     }
     const std::vector<int32_t> feed(ids.begin() + std::ptrdiff_t(cached.size()), ids.end());
 
-    GenerateOptions turn = fit_to_context(gen, tm, int64_t(cached.size()), int64_t(feed.size()));
-    turn.sampler.context = ids;  // --repeat-penalty covers the whole conversation
-    Completion c = stream_completion(tm, session, feed, turn, args.list("--stop"), stdout);
-    c.context_cap = turn.max_new_tokens < gen.max_new_tokens && c.result.reason == StopReason::max_tokens &&
+    // --repeat-penalty covers the whole conversation: the sequence's tokens.
+    GenerationParams turn = fit_to_context(gen, tm, int64_t(cached.size()), int64_t(feed.size()));
+    Completion c = stream_completion(tm, seq, feed, turn, args.list("--stop"), stdout);
+    c.context_cap = turn.max_new_tokens < gen.max_new_tokens && c.result.reason == FinishReason::max_tokens &&
                     c.stop_string.empty();
-    const GenerateResult& r = c.result;
+    const GenerationResult& r = c.result;
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (c.interrupted) {

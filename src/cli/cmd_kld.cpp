@@ -28,9 +28,8 @@
 #include "cli/command.h"
 #include "cli/load_flags.h"
 #include "cli/text_generation.h"
-#include "model/registry.h"
+#include "nibble/engine.h"
 #include "runtime/kl_divergence.h"
-#include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -48,6 +47,7 @@ const std::vector<OptionSpec> kOptions = {
     {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
     {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: not measured; it does not change the CPU plan)"},
+    {"--no-check-weights", "", "skip the load-time check for NaN scale codes in the weights"},
     {"--json", "", "print one JSON object instead of the report"},
 };
 
@@ -68,27 +68,17 @@ std::string read_text_file(const std::string& path) {
   return s.str();
 }
 
-// "cpu_avx512" or "cpu_avx512, cpu_ref": the kernels a model's plan bound for one op.
-std::string kernels_for(const Plan& plan, Op op) {
-  std::set<std::string> names;
-  for (const auto& g : plan.groups)
-    if (g.has_op && g.op == op && g.selection.chosen) names.insert(g.selection.chosen->name);
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "(none)" : out;
-}
-
 struct Side {
   std::string moe_flag, linear_flag;  // as given: a kernel name or "auto"
-  std::unique_ptr<Model> model;
+  std::unique_ptr<Engine> engine;
   double seconds = 0;
 };
 
 nlohmann::json side_json(const Side& s, double ppl) {
   return {{"moe_backend", s.moe_flag},
           {"linear_backend", s.linear_flag},
-          {"moe_kernels", kernels_for(s.model->plan(), Op::moe)},
-          {"linear_kernels", kernels_for(s.model->plan(), Op::linear)},
+          {"moe_kernels", s.engine->kernels("moe")},
+          {"linear_kernels", s.engine->kernels("linear")},
           {"ppl", ppl},
           {"seconds", s.seconds}};
 }
@@ -134,13 +124,15 @@ int run_kld(const std::vector<std::string>& argv) {
   check_backend_name("--linear-backend", test.linear_flag, false);
   const int threads = threads_arg(args);
   for (Side* s : {&base, &test}) {
-    LoadOptions opt;
+    EngineOptions opt;
     opt.threads = threads;
     opt.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
-    opt.plan.moe_backend = s->moe_flag;
-    opt.plan.linear_backend = s->linear_flag;
+    opt.moe_backend = s->moe_flag;
+    opt.linear_backend = s->linear_flag;
+    opt.check_weights = !args.has("--no-check-weights");
+    opt.load_tokenizer = false;  // kld tokenizes --text itself, once
     try {
-      s->model = load_model(dir, opt);
+      s->engine = Engine::load(dir, opt);
     } catch (const Error& e) {
       // The planner names --moe-backend / --linear-backend; say which run.
       if (s == &base)
@@ -149,11 +141,11 @@ int run_kld(const std::vector<std::string>& argv) {
       fail("test run (--moe-backend ", s->moe_flag, ", --linear-backend ", s->linear_flag, "): ", e.what());
     }
   }
-  const int64_t vocab = base.model->vocab_size();
+  const int64_t vocab = base.engine->vocab_size();
   if (int64_t(tokenizer.vocab_size()) > vocab)
     fail(tok_path, ": the tokenizer has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", vocab);
-  const int64_t bos = base.model->bos_token_id();
-  const int64_t max_ctx = base.model->max_context();
+  const int64_t bos = base.engine->bos_token_id();
+  const int64_t max_ctx = base.engine->max_context();
   const int64_t ctx = ctx_flag > 0 ? ctx_flag : std::min<int64_t>(512, max_ctx);
   if (ctx > max_ctx) fail("--ctx ", ctx, " is longer than the model's context of ", max_ctx, " tokens");
 
@@ -172,13 +164,14 @@ int run_kld(const std::vector<std::string>& argv) {
     std::vector<int32_t> input;
     input.push_back(bos >= 0 ? int32_t(bos) : stream[a - 1]);
     input.insert(input.end(), stream.begin() + std::ptrdiff_t(a), stream.begin() + std::ptrdiff_t(b - 1));
-    Session sb(*base.model), st(*test.model);
+    const SeqId sb = base.engine->create(), st = test.engine->create();
     for (size_t p = 0; p < input.size(); p += kPiece) {
       const std::span<const int32_t> piece(input.data() + p, std::min(kPiece, input.size() - p));
+      const StepInput ib{sb, piece, /*all_logits=*/true}, it{st, piece, /*all_logits=*/true};
       auto t0 = Clock::now();
-      const std::vector<float> lb = sb.prefill(piece, /*all_logits=*/true);
+      const std::vector<float> lb = std::move(base.engine->step(std::span<const StepInput>(&ib, 1))[0]);
       auto t1 = Clock::now();
-      const std::vector<float> lt = st.prefill(piece, /*all_logits=*/true);
+      const std::vector<float> lt = std::move(test.engine->step(std::span<const StepInput>(&it, 1))[0]);
       auto t2 = Clock::now();
       base.seconds += std::chrono::duration<double>(t1 - t0).count();
       test.seconds += std::chrono::duration<double>(t2 - t1).count();
@@ -188,6 +181,8 @@ int run_kld(const std::vector<std::string>& argv) {
         results.push_back(compare_logits(rb, rt, stream[a + p + i]));
       }
     }
+    base.engine->release(sb);
+    test.engine->release(st);
     if (!json)
       std::fprintf(stderr, "[kld] chunk %zu/%zu: %zu positions (%zu done)\n", c + 1, n_chunks, b - a,
                    results.size());
@@ -226,8 +221,8 @@ int run_kld(const std::vector<std::string>& argv) {
               text_path.c_str(), (long long)s.positions, n_chunks, n_chunks == 1 ? "" : "s", (long long)ctx);
   for (const Side* side : {&base, &test})
     std::printf("%-5s: --moe-backend %s (%s), --linear-backend %s (%s); %.2f s\n", side == &base ? "base" : "test",
-                side->moe_flag.c_str(), kernels_for(side->model->plan(), Op::moe).c_str(), side->linear_flag.c_str(),
-                kernels_for(side->model->plan(), Op::linear).c_str(), side->seconds);
+                side->moe_flag.c_str(), side->engine->kernels("moe").c_str(), side->linear_flag.c_str(),
+                side->engine->kernels("linear").c_str(), side->seconds);
   std::printf("\n====== Perplexity statistics ======\n");
   std::printf("PPL(base)                   : %12.6f\n", s.ppl_base);
   std::printf("PPL(test)                   : %12.6f\n", s.ppl_test);

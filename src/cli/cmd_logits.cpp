@@ -13,7 +13,7 @@
 #include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/load_flags.h"
-#include "model/registry.h"
+#include "nibble/engine.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -69,12 +69,13 @@ int run_logits(const std::vector<std::string>& argv) {
   const std::string out_path = args.str("--out");
   if (out_path.empty()) usage_fail("--out: empty file name");
 
-  auto model = load_model(dir, load_options(args));
+  EngineOptions opt = engine_options(args);
+  opt.load_tokenizer = false;  // token ids in, logits out
+  auto engine = Engine::load(dir, opt);
 
-  const int64_t vocab = model->vocab_size();
-  std::vector<float> logits(tokens.size() * size_t(vocab));
-  auto state = model->new_state();
-  model->forward(*state, tokens, logits.data(), /*all_logits=*/true);
+  const int64_t vocab = engine->vocab_size();
+  const StepInput in{engine->create(), tokens, /*all_logits=*/true};
+  const std::vector<float> logits = std::move(engine->step(std::span<const StepInput>(&in, 1))[0]);
 
   static_assert(std::endian::native == std::endian::little, "logits are written little-endian");
   if (out_path == "-") {

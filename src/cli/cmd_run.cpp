@@ -86,11 +86,11 @@ TokenLogprobs logprobs_of(const float* logits, int64_t vocab, int32_t chosen, in
 nlohmann::json completion_json(const TextModel& tm, const std::vector<int32_t>& prompt, const Completion& c,
                                const std::vector<TokenLogprobs>& probs, bool with_probs) {
   using nlohmann::json;
-  const GenerateResult& r = c.result;
+  const GenerationResult& r = c.result;
   const std::string reason = c.interrupted ? "interrupted"
                              : !c.stop_string.empty() ? "stop_string"
                              : c.context_cap          ? "context_full"
-                                                      : stop_reason_name(r.reason);
+                                                      : finish_reason_name(r.reason);
   const int64_t steps = r.tokens.empty() ? 0 : int64_t(r.tokens.size()) - 1;
   json j = {
       {"model", tm.dir},
@@ -135,7 +135,7 @@ int run_run(const std::vector<std::string>& argv) {
   }
   const std::string prompt = prompt_arg(args, usage);
   TextModel tm = load_text_model(args, usage);
-  GenerateOptions gen = generation_options(args, tm);
+  GenerationParams gen = generation_options(args, tm);
 
   std::vector<int32_t> ids;
   if (args.has("--chat") || args.has("--think")) {
@@ -146,26 +146,26 @@ int run_run(const std::vector<std::string>& argv) {
     co.mode = args.has("--think") ? ThinkingMode::Thinking : ThinkingMode::Chat;
     ids = tm.tokenizer.encode(encode_dsv4_chat(std::span<const ChatMessage>(&user, 1), co));
   } else {
-    if (!args.has("--no-bos") && tm.model->bos_token_id() >= 0) ids.push_back(int32_t(tm.model->bos_token_id()));
+    if (!args.has("--no-bos") && tm.engine->bos_token_id() >= 0) ids.push_back(int32_t(tm.engine->bos_token_id()));
     tm.tokenizer.encode(prompt, /*allow_special=*/true, ids);
   }
   if (ids.empty()) fail("--prompt: the prompt encodes to no tokens (give text, or drop --no-bos)");
-  const GenerateOptions fitted = fit_to_context(gen, tm, 0, int64_t(ids.size()));
+  const GenerationParams fitted = fit_to_context(gen, tm, 0, int64_t(ids.size()));
 
   const bool json = args.has("--json");
   const int64_t n_probs = args.integer("--n-probs", 0, 0, 1000);
   if (args.has("--n-probs") && !json) usage_fail("--n-probs needs --json");
   std::vector<TokenLogprobs> probs;
-  GenerateOptions run_gen = fitted;
+  GenerationParams run_gen = fitted;
   if (json && args.has("--n-probs"))
-    run_gen.sampler.observe = [&](const float* logits, int64_t vocab, int32_t chosen) {
+    run_gen.observe = [&](const float* logits, int64_t vocab, int32_t chosen) {
       probs.push_back(logprobs_of(logits, vocab, chosen, n_probs));
     };
 
   install_interrupt_handler();
-  Session session(*tm.model);
-  Completion c = stream_completion(tm, session, ids, run_gen, args.list("--stop"), json ? nullptr : stdout);
-  c.context_cap = fitted.max_new_tokens < gen.max_new_tokens && c.result.reason == StopReason::max_tokens &&
+  const SeqId seq = tm.engine->create();
+  Completion c = stream_completion(tm, seq, ids, run_gen, args.list("--stop"), json ? nullptr : stdout);
+  c.context_cap = fitted.max_new_tokens < gen.max_new_tokens && c.result.reason == FinishReason::max_tokens &&
                   c.stop_string.empty();
   if (json)
     std::cout << completion_json(tm, ids, c, probs, args.has("--n-probs"))

@@ -71,16 +71,16 @@ int threads_arg(const ParsedArgs& args) {
   return threads;
 }
 
-LoadOptions load_options(const ParsedArgs& args) {
-  LoadOptions opt;
+EngineOptions engine_options(const ParsedArgs& args) {
+  EngineOptions opt;
   opt.threads = threads_arg(args);
-  opt.plan.moe_backend = args.str("--moe-backend", "auto");
-  opt.plan.linear_backend = args.str("--linear-backend", "auto");
-  check_backend_name("--moe-backend", opt.plan.moe_backend, true);
-  check_backend_name("--linear-backend", opt.plan.linear_backend, false);
+  opt.moe_backend = args.str("--moe-backend", "auto");
+  opt.linear_backend = args.str("--linear-backend", "auto");
+  check_backend_name("--moe-backend", opt.moe_backend, true);
+  check_backend_name("--linear-backend", opt.linear_backend, false);
   opt.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
   opt.profile = args.has("--profile");
-  opt.skip_weight_check = args.has("--no-check-weights");
+  opt.check_weights = !args.has("--no-check-weights");
   return opt;
 }
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cli/args.h"
-#include "model/model.h"
+#include "nibble/engine.h"
 
 namespace nibble::cli {
 
@@ -30,9 +30,9 @@ std::vector<OptionSpec> model_load_options();
 // or a path that is a file rather than a folder, are usage errors.
 std::string model_dir_arg(const ParsedArgs& args, bool shipped_default, const std::string& usage);
 
-// LoadOptions from the flags. Unknown kernel names are usage errors (exit
+// EngineOptions from the flags. Unknown kernel names are usage errors (exit
 // 2); more threads than the machine has is allowed but warned about.
-LoadOptions load_options(const ParsedArgs& args);
+EngineOptions engine_options(const ParsedArgs& args);
 
 // -t/--threads checked the same way (for commands that plan without loading).
 int threads_arg(const ParsedArgs& args);

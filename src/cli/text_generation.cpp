@@ -9,13 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "checkpoint/checkpoint.h"
-#include "cli/generation_config.h"
 #include "cli/interrupt.h"
 #include "cli/load_flags.h"
 #include "cli/usage_error.h"
 #include "convert/progress.h"
-#include "model/registry.h"
 #include "runtime/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/error.h"
@@ -63,7 +60,8 @@ constexpr uint64_t kProgressMinBytes = uint64_t(1) << 30;
 TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
   TextModel tm;
   tm.dir = model_dir_arg(args, /*shipped_default=*/true, usage);
-  LoadOptions opt = load_options(args);
+  EngineOptions opt = engine_options(args);
+  opt.load_tokenizer = false;  // the CLI loads its own (below)
   // A bar on a terminal while a large model binds and checks its weights
   // (seconds for a full-size checkpoint); nothing for small ones or in logs.
   ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
@@ -72,16 +70,16 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
   };
   const int64_t ctx_flag = args.integer("--ctx-size", 0, 1, int64_t(1) << 40);
   const auto t0 = std::chrono::steady_clock::now();
-  tm.model = load_model(tm.dir, opt);
+  tm.engine = Engine::load(tm.dir, opt);
   bar.finish();
   const std::string tok_path = tm.dir + "/tokenizer.json";
   if (!fs::exists(tok_path)) fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble logits` does not)");
   tm.tokenizer = Tokenizer::from_file(tok_path);
   tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (int64_t(tm.tokenizer.vocab_size()) > tm.model->vocab_size())
+  if (int64_t(tm.tokenizer.vocab_size()) > tm.engine->vocab_size())
     fail(tok_path, ": the tokenizer has ", tm.tokenizer.vocab_size(), " ids but the model's vocab_size is ",
-         tm.model->vocab_size());
-  tm.context = tm.model->max_context();
+         tm.engine->vocab_size());
+  tm.context = tm.engine->max_context();
   if (ctx_flag > 0) {
     if (ctx_flag > tm.context)
       std::fprintf(stderr, "[nibble] -c/--ctx-size %lld is more than the model's context; using its %lld tokens\n",
@@ -91,56 +89,54 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
   return tm;
 }
 
-GenerateOptions generation_options(const ParsedArgs& args, const TextModel& tm) {
-  // Flags over generation_config.json over the model card. The file is
-  // validated on its own (naming its fields) before any flag is parsed.
-  const GenerationDefaults d = read_generation_config(tm.dir, tm.model->vocab_size());
-  GenerateOptions o;
-  o.stop_tokens = d.eos_token_ids;
+GenerationParams generation_options(const ParsedArgs& args, const TextModel& tm) {
+  // Flags over generation_config.json over the model card. The file was
+  // validated when the model loaded (naming its fields), before any flag here.
+  const GenerationDefaults& d = tm.engine->generation_defaults();
+  GenerationParams o;
+  o.stop_tokens = d.stop_tokens;
   const int64_t n = args.integer("--max-tokens", 128, -1, int64_t(1) << 40);
   o.max_new_tokens = n < 0 ? tm.context : n;
-  o.sampler.temperature = float(args.number("--temp", d.temperature, 0, 1e6));
-  o.sampler.top_k = args.integer("--top-k", d.top_k, 0, int64_t(1) << 30);
-  o.sampler.top_p = float(args.number("--top-p", d.top_p, 1e-9, 1));
-  o.sampler.min_p = float(args.number("--min-p", d.min_p, 0, 1));
-  o.sampler.repetition_penalty = float(args.number("--repeat-penalty", d.repetition_penalty, 1e-6, 1e6));
-  o.sampler.presence_penalty = float(args.number("--presence-penalty", 0, -2, 2));
-  o.sampler.frequency_penalty = float(args.number("--frequency-penalty", 0, -2, 2));
+  SamplingParams& s = o.sampling;
+  s.temperature = float(args.number("--temp", d.sampling.temperature, 0, 1e6));
+  s.top_k = args.integer("--top-k", d.sampling.top_k, 0, int64_t(1) << 30);
+  s.top_p = float(args.number("--top-p", d.sampling.top_p, 1e-9, 1));
+  s.min_p = float(args.number("--min-p", d.sampling.min_p, 0, 1));
+  s.repetition_penalty = float(args.number("--repeat-penalty", d.sampling.repetition_penalty, 1e-6, 1e6));
+  s.presence_penalty = float(args.number("--presence-penalty", 0, -2, 2));
+  s.frequency_penalty = float(args.number("--frequency-penalty", 0, -2, 2));
   const int64_t seed = args.integer("--seed", 0, -1, INT64_MAX);
   if (seed < 0) {
     std::random_device rd;
-    o.sampler.seed = ((uint64_t(rd()) << 32) | rd()) & uint64_t(INT64_MAX);
-    std::fprintf(stderr, "[nibble] seed %llu (--seed %llu repeats this run)\n", (unsigned long long)o.sampler.seed,
-                 (unsigned long long)o.sampler.seed);
+    s.seed = ((uint64_t(rd()) << 32) | rd()) & uint64_t(INT64_MAX);
+    std::fprintf(stderr, "[nibble] seed %llu (--seed %llu repeats this run)\n", (unsigned long long)s.seed,
+                 (unsigned long long)s.seed);
   } else {
-    o.sampler.seed = uint64_t(seed);
+    s.seed = uint64_t(seed);
   }
   return o;
 }
 
-GenerateOptions fit_to_context(const GenerateOptions& gen, const TextModel& tm, int64_t position,
-                               int64_t prompt_tokens) {
+GenerationParams fit_to_context(const GenerationParams& gen, const TextModel& tm, int64_t position,
+                                int64_t prompt_tokens) {
   const int64_t left = tm.context - position - prompt_tokens;
   if (left < 0)
     fail("the prompt has ", prompt_tokens, " tokens but ", tm.context - position, " of the ",
-         tm.context < tm.model->max_context() ? "-c/--ctx-size " : "model's ", tm.context,
+         tm.context < tm.engine->max_context() ? "-c/--ctx-size " : "model's ", tm.context,
          "-token context are left");
-  GenerateOptions o = gen;
+  GenerationParams o = gen;
   o.max_new_tokens = std::min(o.max_new_tokens, left);
   return o;
 }
 
-Completion stream_completion(const TextModel& tm, Session& session, std::span<const int32_t> prompt,
-                             const GenerateOptions& gen, const std::vector<std::string>& stop_strings,
+Completion stream_completion(const TextModel& tm, SeqId seq, std::span<const int32_t> prompt,
+                             const GenerationParams& gen, const std::vector<std::string>& stop_strings,
                              std::FILE* out) {
   Completion c;
   StreamDecoder decoder(tm.tokenizer);
   StopStrings stops(stop_strings);
-  // The context's penalty window: what the session holds (not known here
-  // beyond the prompt) plus the prompt; chat passes the conversation itself.
-  GenerateOptions g = gen;
-  if (g.sampler.repetition_penalty != 1.0f && g.sampler.context.empty())
-    g.sampler.context.assign(prompt.begin(), prompt.end());
+  // repetition_penalty covers everything the sequence holds (the Engine
+  // keeps its tokens): the prompt, or in chat the whole conversation.
   auto show = [&](const std::string& piece) {
     c.text += piece;
     if (piece.empty() || !out) return;
@@ -151,8 +147,8 @@ Completion stream_completion(const TextModel& tm, Session& session, std::span<co
   };
   // A long prompt is fed here in pieces, all but its last kPrefillPiece
   // tokens, so that Ctrl-C can stop between them (generate() feeds its
-  // prompt in one call). The model cuts every call into the same pieces
-  // (LoadOptions::max_chunk_tokens), so the logits do not change.
+  // prompt in one call). Logits do not depend on how a prompt is split
+  // into steps (the Engine's batch invariance).
   constexpr size_t kPrefillPiece = 256;
   size_t fed = 0;
   double fed_seconds = 0;
@@ -160,19 +156,20 @@ Completion stream_completion(const TextModel& tm, Session& session, std::span<co
     const auto t0 = std::chrono::steady_clock::now();
     while (prompt.size() - fed > kPrefillPiece && !interrupted()) {
       const size_t n = std::min(kPrefillPiece, prompt.size() - fed - kPrefillPiece);
-      session.prefill(prompt.subspan(fed, n));
+      const StepInput in{seq, prompt.subspan(fed, n), /*all_logits=*/false, /*want_logits=*/false};
+      tm.engine->step(std::span<const StepInput>(&in, 1));
       fed += n;
     }
     fed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (interrupted()) {
       c.interrupted = true;
-      c.result.reason = StopReason::callback;
+      c.result.reason = FinishReason::callback;
       c.result.prompt_tokens = int64_t(fed);
       c.result.prefill_seconds = fed_seconds;
       return c;
     }
   }
-  c.result = generate(session, prompt.subspan(fed), g, [&](int32_t id) {
+  c.result = tm.engine->generate(seq, prompt.subspan(fed), gen, [&](int32_t id) {
     show(stops.push(decoder.push(id)));
     if (interrupted()) c.interrupted = true;
     return !stops.stopped() && !c.interrupted;
@@ -190,7 +187,7 @@ std::string quoted(const std::string& s) {
 }
 
 void print_generation_stats(const Completion& c, double load_seconds) {
-  const GenerateResult& r = c.result;
+  const GenerationResult& r = c.result;
   // The first token comes from the prompt's forward; each later one costs one decode step.
   const int64_t steps = r.tokens.empty() ? 0 : int64_t(r.tokens.size()) - 1;
   std::fprintf(stderr, "[nibble] ");
@@ -207,7 +204,7 @@ void print_generation_stats(const Completion& c, double load_seconds) {
   else if (c.context_cap)
     std::fprintf(stderr, "; stop: context_full\n");
   else
-    std::fprintf(stderr, "; stop: %s\n", stop_reason_name(r.reason));
+    std::fprintf(stderr, "; stop: %s\n", finish_reason_name(r.reason));
 }
 
 }  // namespace nibble::cli

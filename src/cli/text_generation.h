@@ -12,8 +12,7 @@
 #include <vector>
 
 #include "cli/args.h"
-#include "model/model.h"
-#include "runtime/generate.h"
+#include "nibble/engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nibble::cli {
@@ -25,8 +24,8 @@ std::string shipped_model_dir();
 
 struct TextModel {
   std::string dir;
-  std::unique_ptr<Model> model;
-  Tokenizer tokenizer;
+  std::unique_ptr<Engine> engine;
+  Tokenizer tokenizer;       // the CLI's own: streaming detokenization and chat encoding need more than the Engine's
   int64_t context = 0;       // tokens one sequence may hold: the model's, or less with -c/--ctx-size
   double load_seconds = 0;   // model and tokenizer
 };
@@ -37,31 +36,32 @@ std::vector<OptionSpec> text_generation_options();
 // The model (MODEL_DIR, -m, or the shipped one) and its tokenizer.
 TextModel load_text_model(const ParsedArgs& args, const std::string& usage);
 
-// Budget, stop tokens and sampler from the flags over generation_config.json.
-// A --seed of -1 draws one, printed on stderr so the run can be repeated.
-GenerateOptions generation_options(const ParsedArgs& args, const TextModel& tm);
+// Budget, stop tokens and sampler from the flags over generation_config.json
+// (Engine::generation_defaults). A --seed of -1 draws one, printed on stderr
+// so the run can be repeated.
+GenerationParams generation_options(const ParsedArgs& args, const TextModel& tm);
 
 // `gen` with its budget cut so that `prompt_tokens` more tokens after
 // `position` and the reply fit in tm.context. Throws nibble::Error when the
 // prompt alone does not fit. -n -1 means "until the context is full".
-GenerateOptions fit_to_context(const GenerateOptions& gen, const TextModel& tm, int64_t position,
-                               int64_t prompt_tokens);
+GenerationParams fit_to_context(const GenerationParams& gen, const TextModel& tm, int64_t position,
+                                int64_t prompt_tokens);
 
 // What one streamed completion produced.
 struct Completion {
-  GenerateResult result;
+  GenerationResult result;
   std::string text;         // the text shown: cut before a stop string, if one matched
   std::string stop_string;  // the --stop string that ended it ("" if none did)
   bool interrupted = false; // Ctrl-C ended it (cli/interrupt.h)
   bool context_cap = false; // the -c/--ctx-size budget ended it
 };
 
-// Generates from `prompt` (fed at the session's position) and writes the
+// Generates from `prompt` (fed at the sequence's position) and writes the
 // text to `out` as it comes (nothing when `out` is null), cut at the first of
 // `stop_strings`. Stops early at Ctrl-C. A failed write to `out` is an error
 // (naming stdout).
-Completion stream_completion(const TextModel& tm, Session& session, std::span<const int32_t> prompt,
-                             const GenerateOptions& gen, const std::vector<std::string>& stop_strings,
+Completion stream_completion(const TextModel& tm, SeqId seq, std::span<const int32_t> prompt,
+                             const GenerationParams& gen, const std::vector<std::string>& stop_strings,
                              std::FILE* out);
 
 // One line on stderr: load time (when > 0), prompt and generation speed, and

@@ -16,7 +16,10 @@ const std::vector<ModelEntry>& model_registry() {
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
-  std::unique_ptr<Checkpoint> ck = Checkpoint::open(path);
+  return load_model(Checkpoint::open(path), options);
+}
+
+std::unique_ptr<Model> load_model(std::unique_ptr<Checkpoint> ck, const LoadOptions& options) {
   const std::string cfg_path = ck->file_path("config.json");
   const nlohmann::json& cfg = ck->config();
   auto arch_it = cfg.find("architectures");

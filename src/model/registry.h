@@ -30,5 +30,8 @@ const std::vector<ModelEntry>& model_registry();
 // nibble::Error naming the file/field for an unknown or missing architecture
 // and for anything the architecture's loader rejects.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
+// The same for a checkpoint already opened (a caller that reads its other
+// files first, e.g. the Engine's generation_config.json).
+std::unique_ptr<Model> load_model(std::unique_ptr<Checkpoint> ck, const LoadOptions& options = {});
 
 }  // namespace nibble

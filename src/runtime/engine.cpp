@@ -9,10 +9,14 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
 
+#include "checkpoint/checkpoint.h"
 #include "device/device.h"
 #include "model/registry.h"
 #include "runtime/generate.h"
+#include "runtime/generation_config.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +39,7 @@ namespace {
 
 struct Sequence {
   std::unique_ptr<ModelState> state;
+  std::vector<int32_t> history;       // every token fed, in order (repetition_penalty's context)
   std::unique_ptr<Sampler> sampler;   // made at the first sample()
   std::atomic<bool> cancel{false};
   bool busy = false;                  // a step or generate() is using it
@@ -47,6 +52,9 @@ SamplerConfig sampler_config(const SamplingParams& p) {
   c.top_p = p.top_p;
   c.min_p = p.min_p;
   c.seed = p.seed;
+  c.repetition_penalty = p.repetition_penalty;
+  c.presence_penalty = p.presence_penalty;
+  c.frequency_penalty = p.frequency_penalty;
   return c;
 }
 
@@ -55,6 +63,7 @@ SamplerConfig sampler_config(const SamplingParams& p) {
 struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  GenerationDefaults defaults;
   mutable std::mutex mu;
   std::map<SeqId, std::unique_ptr<Sequence>> seqs;
   SeqId next_id = 0;
@@ -102,10 +111,19 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   lo.max_chunk_tokens = options.step_tokens;
   lo.rollback_tokens = options.rollback_tokens;
   lo.profile = options.profile;
+  lo.skip_weight_check = !options.check_weights;
+  lo.on_progress = options.on_progress;
   auto impl = std::make_unique<Impl>();
-  impl->model = load_model(model_dir, lo);
+  std::unique_ptr<Checkpoint> ck = Checkpoint::open(model_dir);
+  // Read before the checkpoint moves into the model; validated against the
+  // vocabulary once the model has parsed its config.
+  const std::unique_ptr<nlohmann::json> gc =
+      ck->generation_config() ? std::make_unique<nlohmann::json>(*ck->generation_config()) : nullptr;
+  const std::string gc_path = ck->file_path("generation_config.json");
+  impl->model = load_model(std::move(ck), lo);
+  impl->defaults = read_generation_config(gc.get(), gc_path, impl->model->vocab_size());
   const std::string tok = model_dir + "/tokenizer.json";
-  if (std::filesystem::exists(tok)) {
+  if (options.load_tokenizer && std::filesystem::exists(tok)) {
     impl->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(tok));
     if (int64_t(impl->tokenizer->vocab_size()) > impl->model->vocab_size())
       fail(tok, ": the tokenizer has ", impl->tokenizer->vocab_size(), " ids but the model's vocab_size is ",
@@ -121,6 +139,18 @@ int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
 int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
 int Engine::threads() const { return impl_->model->plan().device.cores; }
+const GenerationDefaults& Engine::generation_defaults() const { return impl_->defaults; }
+
+std::string Engine::kernels(const std::string& op_group) const {
+  if (op_group != "moe" && op_group != "linear") fail("unknown op group \"", op_group, "\" (moe or linear)");
+  const Op op = op_group == "moe" ? Op::moe : Op::linear;
+  std::set<std::string> names;
+  for (const auto& g : impl_->model->plan().groups)
+    if (g.has_op && g.op == op && g.selection.chosen) names.insert(g.selection.chosen->name);
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "(none)" : out;
+}
 
 double measure_memory_bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads); }
 
@@ -150,6 +180,7 @@ SeqId Engine::fork(SeqId seq) {
   Impl::Busy busy(*impl_, ids);
   auto s = std::make_unique<Sequence>();
   s->state = impl_->model->fork(*busy.held[0]->state);
+  s->history = busy.held[0]->history;
   std::lock_guard<std::mutex> lock(impl_->mu);
   const SeqId id = impl_->next_id++;
   impl_->seqs.emplace(id, std::move(s));
@@ -164,6 +195,7 @@ void Engine::truncate(SeqId seq, int64_t position) {
   } catch (const Error& e) {
     fail("sequence ", seq, ": ", e.what());
   }
+  busy.held[0]->history.resize(size_t(position));
 }
 
 void Engine::release(SeqId seq) {
@@ -180,7 +212,13 @@ int64_t Engine::position(SeqId seq) const {
 
 uint64_t Engine::memory_bytes(SeqId seq) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->find(seq).state->memory_bytes();
+  const Sequence& s = impl_->find(seq);
+  return s.state->memory_bytes() + s.history.capacity() * sizeof(int32_t);
+}
+
+std::vector<int32_t> Engine::tokens(SeqId seq) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->find(seq).history;
 }
 
 size_t Engine::live_sequences() const {
@@ -207,12 +245,20 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
       s.logits = out[i].data();
     }
   }
+  // Every input is checked before the model changes any state, so on an
+  // error the histories stay in step with the states.
+  auto record = [&] {
+    for (size_t i = 0; i < batch.size(); ++i)
+      busy.held[i]->history.insert(busy.held[i]->history.end(), batch[i].tokens.begin(), batch[i].tokens.end());
+  };
   if (!report) {
     impl_->model->step(steps);
+    record();
     return out;
   }
   StepStats stats;
   impl_->model->step(steps, &stats);
+  record();
   report->tokens = stats.tokens;
   report->forwards = stats.sub_steps;
   report->weight_bytes = stats.weight_bytes;
@@ -221,14 +267,11 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
 }
 
 int32_t Engine::sample(SeqId seq, const float* logits, const SamplingParams& params) {
-  Sampler* sampler = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    Sequence& s = impl_->find(seq);
-    if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params));
-    sampler = s.sampler.get();
-  }
-  return sampler->sample(logits, vocab_size());
+  const SeqId ids[1] = {seq};
+  Impl::Busy busy(*impl_, ids);
+  Sequence& s = *busy.held[0];
+  if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params));
+  return s.sampler->sample(logits, vocab_size(), s.history);
 }
 
 void Engine::reseed(SeqId seq) {
@@ -246,14 +289,29 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
   g.stop_tokens = params.stop_tokens;
   g.use_model_eos = params.use_model_eos;
   g.sampler = sampler_config(params.sampling);
+  g.sampler.observe = params.observe;
+  g.sampler.context = s.history;
+  g.sampler.context.insert(g.sampler.context.end(), prompt.begin(), prompt.end());
+  // The tokens generate() fed after the prompt are among those it passed to
+  // on_token (a stop token is never fed).
+  std::vector<int32_t> passed;
   // The state moves into a Session for the loop and back afterwards, also
-  // when the loop throws.
+  // when the loop throws; the history then gains what the state was fed.
   Session session(*impl_->model, std::move(s.state));
   struct Restore {
     Sequence& s;
     Session& session;
-    ~Restore() { s.state = session.release_state(); }
-  } restore{s, session};
+    std::span<const int32_t> prompt;
+    const std::vector<int32_t>& passed;
+    ~Restore() {
+      s.state = session.release_state();
+      size_t fed = size_t(s.state->position()) - s.history.size();
+      const size_t from_prompt = std::min(fed, prompt.size());
+      s.history.insert(s.history.end(), prompt.begin(), prompt.begin() + std::ptrdiff_t(from_prompt));
+      fed -= from_prompt;
+      s.history.insert(s.history.end(), passed.begin(), passed.begin() + std::ptrdiff_t(std::min(fed, passed.size())));
+    }
+  } restore{s, session, prompt, passed};
   bool cancelled = s.cancel.exchange(false);
   GenerationResult r;
   if (cancelled) {
@@ -262,6 +320,7 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
     return r;
   }
   GenerateResult got = nibble::generate(session, prompt, g, [&](int32_t id) {
+    passed.push_back(id);
     if (on_token && !on_token(id)) return false;
     if (s.cancel.exchange(false)) {
       cancelled = true;

@@ -56,7 +56,7 @@ void Sampler::record(int32_t id) {
   if (has_penalties()) ++generated_[id];
 }
 
-std::vector<float> Sampler::penalized(const float* logits, int64_t vocab) const {
+std::vector<float> Sampler::penalized(const float* logits, int64_t vocab, std::span<const int32_t> context) const {
   std::vector<float> out(logits, logits + vocab);
   auto in_vocab = [&](int32_t id) { return id >= 0 && int64_t(id) < vocab; };
   if (config_.repetition_penalty != 1.0f) {
@@ -69,7 +69,7 @@ std::vector<float> Sampler::penalized(const float* logits, int64_t vocab) const 
       const float x = logits[id];
       out[size_t(id)] = x < 0 ? x * rp : x / rp;
     };
-    for (int32_t id : config_.context) apply(id);
+    for (int32_t id : context) apply(id);
     for (const auto& [id, n] : generated_) apply(id);
   }
   for (const auto& [id, n] : generated_) {
@@ -89,7 +89,7 @@ double Sampler::next_uniform() {
 
 std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logits, int64_t vocab) const {
   if (!has_penalties()) return distribution_of(logits, vocab);
-  const std::vector<float> p = penalized(logits, vocab);
+  const std::vector<float> p = penalized(logits, vocab, config_.context);
   return distribution_of(p.data(), vocab);
 }
 
@@ -147,10 +147,12 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution_of(const float* lo
   return out;
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab) {
+int32_t Sampler::sample(const float* logits, int64_t vocab) { return sample(logits, vocab, config_.context); }
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> context) {
   std::vector<float> pen;
   if (has_penalties()) {
-    pen = penalized(logits, vocab);
+    pen = penalized(logits, vocab, context);
     logits = pen.data();
   }
   int32_t id = -1;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -45,6 +46,9 @@ class Sampler {
   // Draws the next token and records it as generated (the penalties of
   // later calls count it).
   int32_t sample(const float* logits, int64_t vocab);
+  // The same with `context` in place of config().context (a caller that
+  // keeps the sequence's tokens itself, like the Engine).
+  int32_t sample(const float* logits, int64_t vocab, std::span<const int32_t> context);
 
   // Records a generated token without sampling (what sample() does with its
   // result); for callers that pick a token themselves, and tests.
@@ -60,7 +64,7 @@ class Sampler {
   double next_uniform();  // [0, 1), splitmix64: the same stream on every platform
   bool has_penalties() const;
   // `logits` with the penalties applied (only called when has_penalties()).
-  std::vector<float> penalized(const float* logits, int64_t vocab) const;
+  std::vector<float> penalized(const float* logits, int64_t vocab, std::span<const int32_t> context) const;
   std::vector<std::pair<int32_t, double>> distribution_of(const float* logits, int64_t vocab) const;
 
   SamplerConfig config_;

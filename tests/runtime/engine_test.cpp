@@ -1,12 +1,18 @@
 // The public Engine (include/nibble/engine.h) on the shipped model: batched
 // steps through sequence ids equal each sequence alone (bitwise), fork /
 // truncate / release by id, errors naming the sequence, generate() equal to
-// a greedy loop written here with step() + argmax, and cancel().
+// a greedy loop written here with step() + argmax, and cancel(); the
+// token history behind repetition_penalty through step / generate / fork /
+// truncate, presence penalties per sampler, reseed, generation_config.json
+// defaults and the kernel names.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
+#include <unistd.h>
 
 #include "nibble/engine.h"
 
@@ -167,6 +173,161 @@ TEST(Engine, GenerateEqualsAGreedyLoopOfSteps) {
   checked = true;
   t.join();
   e->release(d);
+}
+
+// Logits of `vocab` zeros with the given (id, value) pairs set.
+std::vector<float> logits_with(int64_t vocab, std::initializer_list<std::pair<int32_t, float>> set) {
+  std::vector<float> l(size_t(vocab), 0.0f);
+  for (auto [id, v] : set) l[size_t(id)] = v;
+  return l;
+}
+
+TEST(Engine, RepetitionPenaltyCoversEveryTokenTheSequenceHolds) {
+  auto e = shipped();
+  const int64_t V = e->vocab_size();
+  // 7 leads 9 by 1; divided by 2 (transformers' rule for a positive logit)
+  // it falls to 2.5, below 9's 4. Token 9 is never fed, so it stays at 4.
+  const std::vector<float> l = logits_with(V, {{7, 5.0f}, {9, 4.0f}});
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SamplingParams penalised = greedy;
+  penalised.repetition_penalty = 2.0f;
+
+  const SeqId s = e->create();
+  const std::vector<int32_t> fed = {3, 7, 11};
+  const StepInput in{s, fed, false, /*want_logits=*/false};
+  e->step(std::span<const StepInput>(&in, 1));
+  EXPECT_EQ(e->tokens(s), fed);
+  EXPECT_EQ(e->sample(s, l.data(), greedy), 7);
+  e->reseed(s);
+  EXPECT_EQ(e->sample(s, l.data(), penalised), 9);  // 7 was fed: penalised
+
+  // A fork holds the same tokens; truncating below 7 forgets it.
+  const SeqId f = e->fork(s);
+  EXPECT_EQ(e->tokens(f), fed);
+  e->truncate(s, 1);
+  EXPECT_EQ(e->tokens(s), std::vector<int32_t>{3});
+  e->reseed(s);
+  EXPECT_EQ(e->sample(s, l.data(), penalised), 7);
+  EXPECT_EQ(e->sample(f, l.data(), penalised), 9);
+
+  // A negative logit is multiplied instead: 7 at -1 falls to -2, below the
+  // zeros of the others, so the lowest id (0) wins the tie of zeros.
+  const std::vector<float> neg = logits_with(V, {{7, -1.0f}});
+  const SeqId n = e->create();
+  const std::vector<int32_t> only7 = {7};
+  const StepInput in7{n, only7, false, false};
+  e->step(std::span<const StepInput>(&in7, 1));
+  EXPECT_EQ(e->sample(n, neg.data(), penalised), 0);
+  EXPECT_EQ(e->memory_bytes(n) >= sizeof(int32_t), true);
+}
+
+TEST(Engine, PresencePenaltyCountsWhatTheSamplerDrewUntilReseed) {
+  auto e = shipped();
+  const int64_t V = e->vocab_size();
+  const std::vector<float> l = logits_with(V, {{7, 5.0f}, {9, 4.5f}});
+  SamplingParams p;
+  p.temperature = 0;
+  p.presence_penalty = 1.0f;  // 7 once drawn: 5 - 1 = 4 < 4.5
+  const SeqId s = e->create();
+  EXPECT_EQ(e->sample(s, l.data(), p), 7);
+  EXPECT_EQ(e->sample(s, l.data(), p), 9);
+  e->reseed(s);
+  EXPECT_EQ(e->sample(s, l.data(), p), 7);
+  // frequency: 7 drawn twice at 0.3 each costs 0.6 > its 0.5 lead.
+  SamplingParams f;
+  f.temperature = 0;
+  f.frequency_penalty = 0.3f;
+  const SeqId t = e->create();
+  EXPECT_EQ(e->sample(t, l.data(), f), 7);
+  EXPECT_EQ(e->sample(t, l.data(), f), 7);  // 5 - 0.3 = 4.7 > 4.5
+  EXPECT_EQ(e->sample(t, l.data(), f), 9);  // 5 - 0.6 = 4.4 < 4.5
+  SamplingParams bad;
+  bad.presence_penalty = 3;
+  expect_error([&] { e->sample(e->create(), l.data(), bad); }, "--presence-penalty must be in [-2, 2], got 3");
+}
+
+TEST(Engine, GenerateRecordsWhatItFedAndPenalisesThePrompt) {
+  auto e = shipped();
+  const std::vector<int32_t> prompt = e->tokenize("ROMEO.\nBut soft");
+  GenerationParams g;
+  g.max_new_tokens = 12;
+  g.use_model_eos = false;
+  g.sampling.temperature = 0;
+  const SeqId s = e->create();
+  GenerationResult r = e->generate(s, prompt, g);
+  ASSERT_EQ(r.tokens.size(), 12u);
+  std::vector<int32_t> expect = prompt;
+  expect.insert(expect.end(), r.tokens.begin(), r.tokens.end() - 1);  // the last one is not fed
+  EXPECT_EQ(e->tokens(s), expect);
+  EXPECT_EQ(e->position(s), int64_t(expect.size()));
+
+  // With a huge repetition penalty and the logits observed, every drawn
+  // token is the argmax of the logits with the sequence's tokens penalised,
+  // computed here from the raw logits of the same steps.
+  const SeqId p = e->create();
+  GenerationParams h = g;
+  h.sampling.repetition_penalty = 50.0f;
+  std::vector<std::vector<float>> seen;
+  h.observe = [&](const float* l, int64_t V, int32_t) { seen.emplace_back(l, l + V); };
+  r = e->generate(p, prompt, h);
+  ASSERT_EQ(seen.size(), r.tokens.size());
+  const SeqId ref = e->create();
+  StepInput in{ref, prompt};
+  std::vector<float> raw = e->step(std::span<const StepInput>(&in, 1))[0];
+  std::vector<int32_t> context = prompt;
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    std::vector<float> want = raw;
+    for (int32_t id : context) want[size_t(id)] = raw[size_t(id)] < 0 ? raw[size_t(id)] * 50.0f : raw[size_t(id)] / 50.0f;
+    EXPECT_EQ(std::memcmp(want.data(), seen[i].data(), want.size() * sizeof(float)), 0) << "token " << i;
+    EXPECT_EQ(r.tokens[i], argmax_of(want)) << "token " << i;
+    context.push_back(r.tokens[i]);
+    StepInput next{ref, std::span<const int32_t>(&r.tokens[i], 1)};
+    raw = e->step(std::span<const StepInput>(&next, 1))[0];
+  }
+}
+
+TEST(Engine, GenerationDefaultsComeFromGenerationConfig) {
+  namespace fs = std::filesystem;
+  auto e = shipped();
+  const GenerationDefaults& d = e->generation_defaults();
+  EXPECT_EQ(d.source, kShipped + "/generation_config.json");
+  EXPECT_EQ(d.sampling.temperature, 1.0f);
+  EXPECT_EQ(d.stop_tokens, std::vector<int64_t>{1});
+
+  // A copy of the shipped model with its own generation_config.json.
+  const fs::path dir = fs::temp_directory_path() / ("nibble_engine_gc_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& f : fs::directory_iterator(kShipped))
+    if (f.path().filename() != "generation_config.json") fs::create_symlink(f.path(), dir / f.path().filename());
+  std::ofstream(dir / "generation_config.json")
+      << R"({"do_sample": false, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05,
+            "repetition_penalty": 1.1, "eos_token_id": [1, 5]})";
+  EngineOptions o;
+  o.threads = 1;
+  o.bandwidth_gbps = 10;
+  o.load_tokenizer = false;
+  auto g = Engine::load(dir.string(), o);
+  const GenerationDefaults& gd = g->generation_defaults();
+  EXPECT_EQ(gd.sampling.temperature, 0.0f);  // do_sample false: greedy
+  EXPECT_EQ(gd.sampling.top_p, 0.95f);
+  EXPECT_EQ(gd.sampling.top_k, 20);
+  EXPECT_EQ(gd.sampling.min_p, 0.05f);
+  EXPECT_EQ(gd.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(gd.stop_tokens, (std::vector<int64_t>{1, 5}));
+  EXPECT_FALSE(g->has_tokenizer());
+  std::ofstream(dir / "generation_config.json") << R"({"top_k": -3})";
+  expect_error([&] { Engine::load(dir.string(), o); }, "generation_config.json: field \"top_k\" must be an integer");
+  fs::remove_all(dir);
+
+  // The kernel names for logs: the planner's choice for each group.
+  EXPECT_NE(e->kernels("moe").find("cpu_"), std::string::npos) << e->kernels("moe");
+  EXPECT_NE(e->kernels("linear").find("cpu_"), std::string::npos) << e->kernels("linear");
+  expect_error([&] { e->kernels("attention"); }, "unknown op group \"attention\"");
+  o.moe_backend = "cpu_ref";
+  o.load_tokenizer = true;
+  EXPECT_EQ(Engine::load(kShipped, o)->kernels("moe"), "cpu_ref");
 }
 
 }  // namespace

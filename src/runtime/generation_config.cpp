@@ -1,13 +1,11 @@
-#include "cli/generation_config.h"
+#include "runtime/generation_config.h"
 
 #include <cmath>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint.h"
 #include "util/error.h"
 
-namespace nibble::cli {
+namespace nibble {
 
 namespace {
 
@@ -56,22 +54,22 @@ int64_t integer_in(const json& gc, const std::string& path, const char* key, int
 
 }  // namespace
 
-GenerationDefaults read_generation_config(const std::string& dir, int64_t vocab_size) {
+GenerationDefaults read_generation_config(const json* file, const std::string& path, int64_t vocab_size) {
   GenerationDefaults d;
-  const std::string path = dir + "/generation_config.json";
-  if (!std::filesystem::exists(path)) return d;
-  d.path = path;
-  const json gc = read_json_file(path);
+  if (!file) return d;
+  const json& gc = *file;
+  d.source = path;
   if (!gc.is_object()) fail(path, ": not a JSON object");
 
-  d.temperature = number_in(gc, path, "temperature", d.temperature, 0, 1e6, false);
-  d.top_p = number_in(gc, path, "top_p", d.top_p, 0, 1, /*open_low=*/true);
-  d.top_k = integer_in(gc, path, "top_k", d.top_k, 0, int64_t(1) << 30);
-  d.min_p = number_in(gc, path, "min_p", d.min_p, 0, 1, false);
-  d.repetition_penalty = number_in(gc, path, "repetition_penalty", d.repetition_penalty, 0, 1e6, true);
+  SamplingParams& s = d.sampling;
+  s.temperature = float(number_in(gc, path, "temperature", s.temperature, 0, 1e6, false));
+  s.top_p = float(number_in(gc, path, "top_p", s.top_p, 0, 1, /*open_low=*/true));
+  s.top_k = integer_in(gc, path, "top_k", s.top_k, 0, int64_t(1) << 30);
+  s.min_p = float(number_in(gc, path, "min_p", s.min_p, 0, 1, false));
+  s.repetition_penalty = float(number_in(gc, path, "repetition_penalty", s.repetition_penalty, 0, 1e6, true));
   if (const json* v = field(gc, "do_sample")) {
     if (!v->is_boolean()) fail(path, ": field \"do_sample\" must be true or false, got ", v->dump());
-    if (!v->get<bool>()) d.temperature = 0;  // greedy, as transformers reads it
+    if (!v->get<bool>()) s.temperature = 0;  // greedy, as transformers reads it
   }
   // An id or a list of ids; each also stops generation, alongside
   // config.json's (GenerateOptions::use_model_eos).
@@ -81,10 +79,10 @@ GenerationDefaults read_generation_config(const std::string& dir, int64_t vocab_
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size)
         fail(path, ": field \"eos_token_id\" must be a token id in [0, ", vocab_size, ") or a list of them, got ",
              v->dump());
-      d.eos_token_ids.push_back(id.get<int64_t>());
+      d.stop_tokens.push_back(id.get<int64_t>());
     }
   }
   return d;
 }
 
-}  // namespace nibble::cli
+}  // namespace nibble
