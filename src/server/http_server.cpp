@@ -354,7 +354,8 @@ struct HttpServer::Impl {
       res.set_content(metrics(), "text/plain; version=0.0.4");
     }));
     http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      GenerationRequest r = parse_completion_request(req.body, engine().vocab_size());
+      GenerationRequest r =
+          parse_completion_request(req.body, engine().vocab_size(), engine().generation_defaults().sampling);
       std::vector<int32_t> prompt;
       if (r.prompt_is_ids) {
         prompt = r.prompt_ids;
@@ -367,7 +368,7 @@ struct HttpServer::Impl {
       generate(req, res, std::move(r), std::move(prompt), false);
     }));
     http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      GenerationRequest r = parse_chat_request(req.body);
+      GenerationRequest r = parse_chat_request(req.body, engine().generation_defaults().sampling);
       ChoiceOptions co;
       const std::string text = chat_prompt(r, co);
       auto prompt = engine().tokenize(text, /*allow_special=*/true);

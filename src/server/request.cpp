@@ -144,8 +144,15 @@ bool common_field(const std::string& key, const json& v, GenerationRequest& r) {
     }
   } else if (key == "n") {
     if (!v.is_null()) r.n = as_integer(v, key, 1, kMaxChoices);
-  } else if (key == "presence_penalty" || key == "frequency_penalty") {
-    if (!v.is_null() && as_number(v, key, -2, 2) != 0) bad_request(key, key, " is not supported yet (only 0)");
+  } else if (key == "presence_penalty") {
+    if (!v.is_null()) r.sampling.presence_penalty = float(as_number(v, key, -2, 2));
+  } else if (key == "frequency_penalty") {
+    if (!v.is_null()) r.sampling.frequency_penalty = float(as_number(v, key, -2, 2));
+  } else if (key == "repetition_penalty") {
+    // vLLM's and transformers' (llama-server: repeat_penalty): > 0, 1 = off.
+    if (v.is_null()) return true;
+    r.sampling.repetition_penalty = float(as_number(v, key, 0, 100));
+    if (r.sampling.repetition_penalty <= 0) bad_request(key, "repetition_penalty must be > 0 (1 = off), got 0");
   } else if (key == "user") {
     if (!v.is_null()) as_string(v, key);
   } else {
@@ -266,9 +273,10 @@ ChatMessage parse_message(const json& m, size_t index) {
 
 }  // namespace
 
-GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_size) {
+GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_size, const SamplingParams& defaults) {
   const json j = parse_object(body);
   GenerationRequest r;
+  r.sampling = defaults;
   bool has_prompt = false;
   for (const auto& [key, v] : j.items()) {
     if (common_field(key, v, r)) continue;
@@ -308,9 +316,10 @@ GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_
   return r;
 }
 
-GenerationRequest parse_chat_request(std::string_view body) {
+GenerationRequest parse_chat_request(std::string_view body, const SamplingParams& defaults) {
   const json j = parse_object(body);
   GenerationRequest r;
+  r.sampling = defaults;
   bool has_messages = false;
   // Thinking is off unless asked for; an explicit chat_template_kwargs.thinking
   // wins over reasoning_effort and DeepSeek's thinking.type.

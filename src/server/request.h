@@ -3,7 +3,7 @@
 // type or an impossible value is a 400 naming the field (ApiError), so a
 // client learns at once that a setting it relies on is not honoured. Fields
 // OpenAI defines that nibble does not implement yet are accepted only at
-// their neutral value (penalties 0, echo false).
+// their neutral value (echo false, no suffix, no response_format).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ struct GenerationRequest {
   std::vector<ChatMessage> messages;
 
   std::optional<int64_t> max_tokens;   // max_completion_tokens wins over max_tokens
-  SamplingParams sampling;             // temperature 1, top_p 1 unless given (the model card's)
+  SamplingParams sampling;             // the defaults given to the parser, then the request's fields
   bool seed_given = false;             // else the server draws one per request
   std::vector<std::string> stop;       // stop strings, at most kMaxStopStrings
   bool stream = false;
@@ -61,9 +61,12 @@ struct GenerationRequest {
   bool parallel_tool_calls = true;     // false: only the first call is kept
 };
 
-// Throw ApiError (400) for anything malformed. `vocab_size` bounds token ids.
-GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_size);
-GenerationRequest parse_chat_request(std::string_view body);
+// Throw ApiError (400) for anything malformed. `vocab_size` bounds token ids;
+// `defaults` are the sampling settings a request does not give (the
+// model's generation_config.json, as vLLM and `nibble run` use it).
+GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_size,
+                                           const SamplingParams& defaults = {});
+GenerationRequest parse_chat_request(std::string_view body, const SamplingParams& defaults = {});
 
 // POST /tokenize {"content"|"prompt": text, "add_special": bool}.
 struct TokenizeRequest {

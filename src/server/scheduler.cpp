@@ -76,6 +76,9 @@ void Job::publish(const std::string& text, int64_t tokens, const char* finish, c
 Scheduler::Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens)
     : engine_(engine), parallel_(size_t(std::max(1, parallel))), max_queue_(size_t(std::max(0, max_queue))),
       cache_limit_(std::max<int64_t>(0, cache_tokens)), eos_(engine.eos_token_ids()) {
+  // generation_config.json's eos_token_id ends replies too, as in `nibble run`.
+  for (int64_t t : engine.generation_defaults().stop_tokens)
+    if (std::find(eos_.begin(), eos_.end(), t) == eos_.end()) eos_.push_back(t);
   thread_ = std::thread([this] { loop(); });
 }
 

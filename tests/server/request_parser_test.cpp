@@ -125,7 +125,10 @@ TEST(RequestParser, RefusesEachMistakeNamingTheField) {
   EXPECT_EQ(param_of(R"({"prompt":"x","n":17})"), "n");
   EXPECT_EQ(param_of(R"({"prompt":"x","logprobs":21})"), "logprobs");
   EXPECT_EQ(param_of(R"({"prompt":"x","logprobs":true})"), "logprobs");
-  EXPECT_EQ(param_of(R"({"prompt":"x","presence_penalty":0.5})"), "presence_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","presence_penalty":2.5})"), "presence_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","frequency_penalty":"high"})"), "frequency_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","repetition_penalty":0})"), "repetition_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","repetition_penalty":-1})"), "repetition_penalty");
   EXPECT_EQ(param_of(R"({"prompt":[1,4096]})"), "prompt[1]");
   EXPECT_EQ(param_of(R"({"prompt":[1,-1]})"), "prompt[1]");
   EXPECT_EQ(param_of(R"({"prompt":["a","b"]})"), "prompt");

@@ -293,6 +293,53 @@ TEST_F(Features, NChoicesAreTheSingleRequestsWithSuccessiveSeeds) {
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], 12);
 }
 
+// Penalties, checked against a greedy loop over Engine::step written here:
+// repetition_penalty (transformers': divide a positive logit, multiply a
+// negative one) over every token of the sequence, each id once; presence /
+// frequency (OpenAI's: minus presence if the token was generated, minus
+// frequency times its count) over the generated tokens.
+TEST_F(Features, PenaltiesMatchAGreedyLoopWrittenHere) {
+  const json prompt = post("/tokenize", {{"content", "The king said"}, {"add_special", true}})["tokens"];
+  EngineOptions eo;
+  eo.threads = 1;
+  auto engine = Engine::load(kModel, eo);
+  const auto& eos = engine->eos_token_ids();
+  auto reference = [&](float repetition, float presence, float frequency, int n) {
+    std::vector<int32_t> seen = prompt.get<std::vector<int32_t>>(), generated;
+    const SeqId seq = engine->create();
+    std::vector<int32_t> feed = seen;
+    for (int i = 0; i < n; ++i) {
+      StepInput in{seq, feed};
+      std::vector<float> l = engine->step(std::span<const StepInput>(&in, 1))[0];
+      std::set<int32_t> once(seen.begin(), seen.end());
+      for (int32_t t : once) l[size_t(t)] = l[size_t(t)] > 0 ? l[size_t(t)] / repetition : l[size_t(t)] * repetition;
+      std::map<int32_t, int> count;
+      for (int32_t t : generated) ++count[t];
+      for (const auto& [t, c] : count) l[size_t(t)] -= float(c) * frequency + presence;
+      const int32_t next = int32_t(std::max_element(l.begin(), l.end()) - l.begin());  // ties: the lowest id
+      if (std::find(eos.begin(), eos.end(), int64_t(next)) != eos.end()) break;
+      generated.push_back(next);
+      seen.push_back(next);
+      feed = {next};
+    }
+    engine->release(seq);
+    return engine->detokenize(generated);
+  };
+  auto served = [&](json extra) {
+    json req = {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}};
+    req.update(extra);
+    return post("/v1/completions", req)["choices"][0]["text"].get<std::string>();
+  };
+  const std::string plain = served(json::object());
+  EXPECT_EQ(plain, reference(1, 0, 0, 16));
+  const std::string rep = served({{"repetition_penalty", 1.3}});
+  EXPECT_EQ(rep, reference(1.3f, 0, 0, 16));
+  EXPECT_NE(rep, plain);  // the tiny model's greedy text repeats itself: the penalty must change it
+  EXPECT_EQ(served({{"presence_penalty", 1.5}, {"frequency_penalty", 0.7}}), reference(1, 1.5f, 0.7f, 16));
+  EXPECT_EQ(served({{"repetition_penalty", 1.1}, {"presence_penalty", -0.5}, {"frequency_penalty", 2}}),
+            reference(1.1f, -0.5f, 2, 16));
+}
+
 // Latency histograms in Prometheus' histogram shape.
 TEST_F(Features, TtftAndTpotHistograms) {
   for (int i = 0; i < 3; ++i) post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 5}, {"temperature", 0}});
