@@ -195,6 +195,14 @@ def run_checks(openai, client, s: Server) -> None:
     b = client.completions.create(model="dsv4-tiny", prompt="Hi", max_tokens=10, temperature=1, seed=5)
     check(a.choices[0].text == b.choices[0].text, "seed reproducibility")
 
+    # Penalties reach the sampler: the tiny model's greedy text repeats itself.
+    pen = client.completions.create(model="dsv4-tiny", prompt="Once upon a time", max_tokens=16, temperature=0,
+                                    frequency_penalty=2.0, presence_penalty=1.0)
+    check(pen.choices[0].text != full, "frequency / presence penalties change the greedy reply")
+    rp = client.completions.create(model="dsv4-tiny", prompt="Once upon a time", max_tokens=16, temperature=0,
+                                   extra_body={"repetition_penalty": 1.3})
+    check(rp.choices[0].text != full, "repetition_penalty (extra_body) changes the greedy reply")
+
     # n choices: choice i is the single request with seed + i.
     n = client.completions.create(model="dsv4-tiny", prompt="Hi", max_tokens=10, temperature=1, seed=5, n=2)
     one = client.completions.create(model="dsv4-tiny", prompt="Hi", max_tokens=10, temperature=1, seed=6)
