@@ -53,6 +53,9 @@ class ChoiceBuilder {
 
   const std::string& finish_reason() const { return finish_; }
   bool done() const { return done_; }
+  // The reply can show nothing more (its tool-call block closed or broke):
+  // the job may be stopped (Job::stop) instead of generating on.
+  bool wants_stop() const { return opt_.chat && !done_ && parser_.ended(); }
 
  private:
   struct Piece {

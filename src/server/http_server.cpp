@@ -167,12 +167,16 @@ struct HttpServer::Impl {
       for (;;) {
         if (!jobs[i]->wait(u, std::chrono::milliseconds(1000))) continue;
         choices[i].add(u);
+        if (choices[i].wants_stop()) jobs[i]->stop();
         if (u.done) break;
       }
       tokens += u.completion_tokens;
       tl_log.completion_tokens = tokens;
-      if (u.finish_reason == "cancelled") throw ApiError(503, "unavailable_error", "the server is shutting down");
-      if (u.finish_reason == "error") throw std::runtime_error(u.error);
+      if (u.finish_reason == "cancelled" || u.finish_reason == "error") {
+        for (auto& j : jobs) j->cancel();  // the other choices have no reader any more
+        if (u.finish_reason == "cancelled") throw ApiError(503, "unavailable_error", "the server is shutting down");
+        throw std::runtime_error(u.error);
+      }
     }
     json out = json::array();
     for (const auto& c : choices) out.push_back(c.whole());
@@ -228,6 +232,7 @@ struct HttpServer::Impl {
             if (st->jobs[i]->wait(u, wait)) {
               st->tokens[i] = u.completion_tokens;
               for (auto& c : st->choices[i].stream(u)) out += sse(chunk(std::move(c)));
+              if (st->choices[i].wants_stop()) st->jobs[i]->stop();
               if (u.done && (u.finish_reason == "cancelled" || u.finish_reason == "error")) {
                 failed = true;
                 error = u.finish_reason == "cancelled" ? "" : u.error;

@@ -59,6 +59,9 @@ class ReplyParser {
 
   size_t tool_calls() const { return calls_; }
   bool broken() const { return state_ == State::Broken; }  // a block did not parse
+  // Nothing more can be shown: the tool-call block closed (only the end of
+  // the turn may follow) or broke. Generating on is wasted work.
+  bool ended() const { return state_ == State::AfterBlock || state_ == State::Broken; }
 
  private:
   enum class State { Reasoning, Content, BlockOpen, InCalls, InInvoke, AfterBlock, Broken };

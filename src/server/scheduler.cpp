@@ -298,6 +298,9 @@ void Scheduler::loop() {
       if (!go_on || job->cancelled()) {
         finish(*job, "cancelled");
         job.reset();
+      } else if (job->stop_requested() && job->started_) {
+        finish(*job, "stop");
+        job.reset();
       } else if (!job->started_ && !job->follower_) {
         // An engine failure here (out of memory for a fork) ends this job
         // with a 500, not the scheduler thread.

@@ -96,6 +96,9 @@ class Job {
   // Ends the job at the scheduler's next step (idempotent, any thread).
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
+  // Ends it there as a normal finish ("stop"): the reader has all it can use.
+  void stop() { stop_requested_.store(true); }
+  bool stop_requested() const { return stop_requested_.load(); }
   // Prompt tokens taken from the prefix cache (set when the job starts).
   int64_t cached_tokens() const { return cached_tokens_.load(); }
 
@@ -113,7 +116,7 @@ class Job {
   int64_t tokens_ = 0;
   bool done_ = false, done_read_ = false, news_ = false;
   std::string finish_, error_;
-  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> cancelled_{false}, stop_requested_{false};
   std::atomic<int64_t> cached_tokens_{0};
 
   // The scheduler thread's own fields (never touched by HTTP threads).

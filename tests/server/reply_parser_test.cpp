@@ -314,6 +314,27 @@ TEST_F(RealTokens, StreamedToolCallsAsOpenAIStreamsThem) {
   EXPECT_EQ(finish, "tool_calls");
 }
 
+// Once the block has closed (or broken) nothing more can be shown: the
+// builder says the job may stop, and not before.
+TEST_F(RealTokens, WantsStopOnceTheBlockEnds) {
+  for (const auto& [text, stop_after] : std::vector<std::pair<std::string, bool>>{
+           {kWeatherReply, true}, {"Just words, no markup at all.", false},
+           {"Words.\n\n<" + kDsml + "tool_calls>\n<" + kDsml + "nonsense", true}}) {
+    ChoiceBuilder b(0, ChoiceOptions{}, token_text());
+    auto ups = updates(text);
+    ups.pop_back();  // not the end of the job
+    bool early = false;
+    for (size_t i = 0; i < ups.size(); ++i) {
+      b.stream(ups[i]);
+      if (b.wants_stop() && i + 1 < ups.size()) early = true;
+    }
+    if (text == kWeatherReply) {
+      EXPECT_FALSE(early);  // not before the token that closes the block
+    }
+    EXPECT_EQ(b.wants_stop(), stop_after) << text;
+  }
+}
+
 TEST_F(RealTokens, WholeMessageWithReasoningAndToolCalls) {
   ChoiceOptions o;
   o.thinking = true;
