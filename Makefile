@@ -61,7 +61,7 @@ test-asan: build-asan openai-venv
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE acceptance
 
 # The openai client pinned in tests/server/requirements-openai.txt, from PyPI.
-openai-venv: $(OPENAI_VENV)/.installed
+openai-venv: deps $(OPENAI_VENV)/.installed
 $(OPENAI_VENV)/.installed: tests/server/requirements-openai.txt
 	python3 -m venv $(OPENAI_VENV)
 	$(OPENAI_VENV)/bin/pip install -q -r tests/server/requirements-openai.txt
