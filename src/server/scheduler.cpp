@@ -204,14 +204,19 @@ void Scheduler::finish(Job& job, const char* reason, const std::string& error) {
   // stop string or the client ended the job.
   const bool keep = why == "stop" || why == "length";
   const std::string rest = keep && job.text_ ? job.text_->flush() : "";
-  job.publish(rest, job.generated_, reason, error);
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.finished;
-  if (why == "cancelled") ++stats_.cancelled;
-  if (keep) {
-    stats_.e2e.observe(seconds(Clock::now() - job.submitted));
-    if (job.generated_ >= 2) stats_.tpot.observe(seconds(job.last_token_ - job.first_token_) / double(job.generated_ - 1));
+  {
+    // Counted before the reader hears of the end, so /metrics read after a
+    // reply includes it.
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.finished;
+    if (why == "cancelled") ++stats_.cancelled;
+    if (keep) {
+      stats_.e2e.observe(seconds(Clock::now() - job.submitted));
+      if (job.generated_ >= 2)
+        stats_.tpot.observe(seconds(job.last_token_ - job.first_token_) / double(job.generated_ - 1));
+    }
   }
+  job.publish(rest, job.generated_, reason, error);
 }
 
 // The other choices of a group fork the first job's state once its prompt
