@@ -324,6 +324,40 @@ TEST(ServeLimits, DisconnectFreesTheSlot) {
   EXPECT_EQ(http_post(s.port(), "/v1/completions", R"({"prompt":"x","max_tokens":2})").status, 200);
 }
 
+// 16 streaming clients hang up mid-stream while two others run: every
+// dropped one is cancelled and its sequence released (only kept prompt
+// states remain), and the two others get the replies they get alone.
+TEST(ServeLimits, SixteenDisconnectsFreeTheirSlotsOthersUnaffected) {
+  ServerProcess s({"--parallel", "20"});
+  const json greedy = {{"prompt", "The king said"}, {"max_tokens", 48}, {"temperature", 0}};
+  const std::string alone = json::parse(http_post(s.port(), "/v1/completions", greedy.dump()).body)["choices"][0]["text"];
+  std::atomic<int> dropped{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 16; ++i) {
+    clients.emplace_back([&, i] {
+      json endless = kEndless;
+      endless["prompt"] = "Client " + std::to_string(i) + " says";
+      int events = 0;
+      http_stream(s.port(), "/v1/completions", endless.dump(), [&](const std::string&) { return ++events < 4 + i % 3; });
+      ++dropped;
+    });
+  }
+  std::vector<std::string> during(2);
+  std::thread a([&] { during[0] = json::parse(http_post(s.port(), "/v1/completions", greedy.dump()).body)["choices"][0]["text"]; });
+  std::thread b([&] { during[1] = json::parse(http_post(s.port(), "/v1/completions", greedy.dump()).body)["choices"][0]["text"]; });
+  for (auto& c : clients) c.join();
+  a.join();
+  b.join();
+  EXPECT_EQ(dropped.load(), 16);
+  EXPECT_EQ(during[0], alone);
+  EXPECT_EQ(during[1], alone);
+  ASSERT_TRUE(eventually([&] { return metric(s.port(), "requests_running") == 0; }, 5));
+  EXPECT_EQ(metric(s.port(), "requests_cancelled_total"), 16);
+  EXPECT_EQ(metric(s.port(), "live_sequences"), metric(s.port(), "prefix_cache_entries"));
+  // Every slot serves again.
+  EXPECT_EQ(http_post(s.port(), "/v1/completions", R"({"prompt":"x","max_tokens":2})").status, 200);
+}
+
 TEST(ServeLimits, SigtermEndsStreamsAndExitsPromptly) {
   ServerProcess s;
   std::atomic<bool> ended{false};
