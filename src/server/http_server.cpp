@@ -165,7 +165,9 @@ struct HttpServer::Impl {
     for (size_t i = 0; i < jobs.size(); ++i) {
       JobUpdate u;
       for (;;) {
-        if (!jobs[i]->wait(u, std::chrono::milliseconds(1000))) continue;
+        // Woken at the end only; the 50 ms polls let a finished tool-call
+        // block stop the job early.
+        if (!jobs[i]->wait_end(u, std::chrono::milliseconds(50))) continue;
         choices[i].add(u);
         if (choices[i].wants_stop()) jobs[i]->stop();
         if (u.done) break;

@@ -42,7 +42,22 @@ TokenLogprob log_probs(const float* logits, int64_t vocab, int32_t token, int64_
 
 bool Job::wait(JobUpdate& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
+  end_only_ = false;
   if (!cv_.wait_for(lock, timeout, [&] { return news_ || (done_ && !done_read_); })) return false;
+  take(out);
+  return true;
+}
+
+bool Job::wait_end(JobUpdate& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  end_only_ = true;
+  cv_.wait_for(lock, timeout, [&] { return done_ && !done_read_; });
+  if (!news_ && !(done_ && !done_read_)) return false;
+  take(out);
+  return true;
+}
+
+void Job::take(JobUpdate& out) {
   out.text = std::move(pending_);
   pending_.clear();
   out.logprobs = std::move(pending_logprobs_);
@@ -53,12 +68,13 @@ bool Job::wait(JobUpdate& out, std::chrono::milliseconds timeout) {
   out.error = error_;
   news_ = false;
   if (done_) done_read_ = true;
-  return true;
 }
 
 void Job::publish(const std::string& text, int64_t tokens, const char* finish, const std::string& error) {
+  bool wake = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    wake = finish || !end_only_;  // a reader waiting for the end only is not woken per token
     pending_ += text;
     tokens_ = tokens;
     if (finish) {
@@ -68,7 +84,7 @@ void Job::publish(const std::string& text, int64_t tokens, const char* finish, c
     }
     news_ = true;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 // ---- Scheduler --------------------------------------------------------------

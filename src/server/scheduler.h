@@ -93,6 +93,9 @@ class Job {
 
   // Waits up to `timeout` for new output; false when nothing came.
   bool wait(JobUpdate& out, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for the end only (no wake-up per token: a
+  // non-streamed reply), then takes whatever came; false when nothing did.
+  bool wait_end(JobUpdate& out, std::chrono::milliseconds timeout);
   // Ends the job at the scheduler's next step (idempotent, any thread).
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
@@ -107,6 +110,7 @@ class Job {
 
  private:
   friend class Scheduler;
+  void take(JobUpdate& out);  // under mu_
   void publish(const std::string& text, int64_t tokens, const char* finish, const std::string& error = "");
 
   std::mutex mu_;
@@ -115,6 +119,7 @@ class Job {
   std::vector<TokenLogprob> pending_logprobs_;
   int64_t tokens_ = 0;
   bool done_ = false, done_read_ = false, news_ = false;
+  bool end_only_ = false;              // the reader waits in wait_end()
   std::string finish_, error_;
   std::atomic<bool> cancelled_{false}, stop_requested_{false};
   std::atomic<int64_t> cached_tokens_{0};
