@@ -4,6 +4,8 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -69,6 +71,27 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 }
 
 int64_t unix_time() { return int64_t(std::time(nullptr)); }
+
+// cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG,
+// compiled into Debian's library), so a burst of more connections than that
+// (32 clients starting at once) overflows the accept queue and some of them
+// fail their first read. Linux lets listen() on a listening socket change
+// its backlog: the socket is found among this process's descriptors by its
+// port and raised to SOMAXCONN.
+void widen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int accepting = 0;
+    socklen_t len = sizeof accepting;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    const int p = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                  : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                               : -1;
+    if (p == port) ::listen(fd, SOMAXCONN);
+  }
+}
 
 }  // namespace
 
@@ -504,6 +527,7 @@ void HttpServer::bind() {
     s.bound_port = s.opt.port;
   }
   if (s.bound_port <= 0) fail("cannot listen on ", s.opt.host, ":", s.opt.port, " (in use, or not an address here)");
+  widen_backlog(s.bound_port);
 }
 
 int HttpServer::port() const { return impl_->bound_port; }

@@ -157,6 +157,7 @@ int http_stream(int port, const std::string& path, const std::string& body,
   };
   auto r = c.send(req);
   if (r) status = r->status;
+  else if (getenv("NIBBLE_TEST_DEBUG")) fprintf(stderr, "http_stream: %s\n", httplib::to_string(r.error()).c_str());
   return status;
 }
 
