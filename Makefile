@@ -5,9 +5,12 @@ BUILD      ?= build/release
 ASAN_BUILD ?= build/asan
 FUZZ_BUILD ?= build/fuzz
 FUZZ_TIME  ?= 60
+# The official openai client, for the server's client tests (ctest
+# server_openai_client), in a virtual environment of its own.
+OPENAI_VENV ?= build/venv-openai
 CMAKE_GEN  := -G Ninja
 
-.PHONY: all deps build build-asan run install test test-release test-asan fixtures fuzz bench clean
+.PHONY: all deps build build-asan run install test test-release test-asan openai-venv fixtures fuzz bench clean
 
 all: build
 
@@ -51,11 +54,18 @@ install: build
 test: test-release test-asan
 	@cd $(BUILD) && tests/isa_summary
 
-test-release: build
+test-release: build openai-venv
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: build-asan
+test-asan: build-asan openai-venv
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE acceptance
+
+# The openai client pinned in tests/server/requirements-openai.txt, from PyPI.
+openai-venv: deps $(OPENAI_VENV)/.installed
+$(OPENAI_VENV)/.installed: tests/server/requirements-openai.txt
+	python3 -m venv $(OPENAI_VENV)
+	$(OPENAI_VENV)/bin/pip install -q -r tests/server/requirements-openai.txt
+	touch $@
 
 # Regenerates every committed fixture (needs the optional Python tooling:
 # pip install -r tools/requirements.txt).

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "cli/command.h"
@@ -100,20 +101,30 @@ int run_serve(const std::vector<std::string>& argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  const auto t0 = std::chrono::steady_clock::now();
-  auto engine = Engine::load(dir, eo);
-  if (!engine->has_tokenizer()) fail("model folder ", dir, " has no tokenizer.json; the server needs one");
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  server::HttpServer http(*engine, so);
+  // The socket opens first, so /health answers 503 "loading" while the
+  // weights load (a 9 GB model takes a while) and 200 once they are in.
+  server::HttpServer http(so);
   http.bind();
-  std::fprintf(stderr, "nibble serve: %s loaded in %.2f s; listening on http://%s:%d (parallel %d, queue %d)\n",
-               so.model_id.c_str(), load_s, so.host.c_str(), http.port(), so.parallel, so.max_queue);
+  std::fprintf(stderr, "nibble serve: listening on http://%s:%d (parallel %d, queue %d); loading %s\n",
+               so.host.c_str(), http.port(), so.parallel, so.max_queue, dir.c_str());
   std::atomic<bool> served{false};
   std::thread listener([&] {
     http.serve();
     served.store(true);
   });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = Engine::load(dir, eo);
+    if (!engine->has_tokenizer()) fail("model folder ", dir, " has no tokenizer.json; the server needs one");
+  } catch (...) {
+    http.stop();
+    listener.join();
+    throw;
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  http.attach(*engine);
+  std::fprintf(stderr, "nibble serve: %s loaded in %.2f s; ready\n", so.model_id.c_str(), load_s);
   while (g_stop_signal.load() == 0 && !served.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 
   std::fprintf(stderr, "nibble serve: %s, shutting down\n",

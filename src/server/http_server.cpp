@@ -4,7 +4,10 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -14,6 +17,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/choice_builder.h"
 #include "server/request.h"
 #include "server/scheduler.h"
 #include "tokenizer/chat_dsv4.h"
@@ -68,27 +72,55 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 int64_t unix_time() { return int64_t(std::time(nullptr)); }
 
+// cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG,
+// compiled into Debian's library), so a burst of more connections than that
+// (32 clients starting at once) overflows the accept queue and some of them
+// fail their first read. Linux lets listen() on a listening socket change
+// its backlog: the socket is found among this process's descriptors by its
+// port and raised to SOMAXCONN.
+void widen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int accepting = 0;
+    socklen_t len = sizeof accepting;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    const int p = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                  : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                               : -1;
+    if (p == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
-  Engine& engine;
   ServerOptions opt;
-  int64_t ctx = 0;
   int64_t created = unix_time();
-  Scheduler scheduler;
   httplib::Server http;
   int bound_port = -1;
+  // Set once by attach(); read by handlers only after `ready` is seen true.
+  Engine* engine_ptr = nullptr;
+  std::unique_ptr<Scheduler> scheduler_ptr;
+  int64_t ctx = 0;
+  std::atomic<bool> ready{false};
+  Engine& engine() { return *engine_ptr; }
+  Scheduler& scheduler() { return *scheduler_ptr; }
 
   std::mutex mu;                       // guards what follows
   std::mt19937_64 seeds{std::random_device{}()};
   std::map<int, int64_t> by_status;    // requests answered, for /metrics
   int64_t next_id = 0;
 
-  Impl(Engine& e, ServerOptions o)
-      : engine(e), opt(std::move(o)), scheduler(e, opt.parallel, opt.max_queue, opt.cache_tokens) {
-    ctx = engine.max_context();
+  explicit Impl(ServerOptions o) : opt(std::move(o)) { routes(); }
+
+  void attach(Engine& e) {
+    engine_ptr = &e;
+    ctx = e.max_context();
     if (opt.ctx_size > 0) ctx = std::min(ctx, opt.ctx_size);
-    routes();
+    scheduler_ptr = std::make_unique<Scheduler>(e, opt.parallel, opt.max_queue, opt.cache_tokens);
+    ready.store(true);
   }
 
   // ---- plumbing --------------------------------------------------------------
@@ -97,6 +129,8 @@ struct HttpServer::Impl {
   httplib::Server::Handler guarded(F f) {
     return [this, f](const httplib::Request& req, httplib::Response& res) {
       try {
+        // llama-server's answer while the weights load.
+        if (!ready.load()) throw ApiError(503, "unavailable_error", "Loading model");
         f(req, res);
       } catch (const ApiError& e) {
         send_error(res, e);
@@ -134,6 +168,7 @@ struct HttpServer::Impl {
       p.sampling.seed = seeds();
     }
     p.stop = r.stop;
+    p.top_logprobs = r.logprobs ? r.top_logprobs : -1;
     return p;
   }
 
@@ -146,45 +181,61 @@ struct HttpServer::Impl {
             {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   }
 
-  // Runs a job to its end for a non-streamed reply.
-  void answer_whole(httplib::Response& res, const std::shared_ptr<Job>& job, bool chat, const std::string& id) {
-    std::string text;
-    JobUpdate u;
+  // Runs a request's jobs to their end for a non-streamed reply.
+  void answer_whole(httplib::Response& res, const std::vector<std::shared_ptr<Job>>& jobs,
+                    std::vector<ChoiceBuilder>& choices, bool chat, const std::string& id) {
     int64_t tokens = 0;
-    for (;;) {
-      if (!job->wait(u, std::chrono::milliseconds(1000))) continue;
-      text += u.text;
-      tokens = u.completion_tokens;
-      if (u.done) break;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      JobUpdate u;
+      for (;;) {
+        // Woken at the end only; the 50 ms polls let a finished tool-call
+        // block stop the job early.
+        if (!jobs[i]->wait_end(u, std::chrono::milliseconds(50))) continue;
+        choices[i].add(u);
+        if (choices[i].wants_stop()) jobs[i]->stop();
+        if (u.done) break;
+      }
+      tokens += u.completion_tokens;
+      tl_log.completion_tokens = tokens;
+      if (u.finish_reason == "cancelled" || u.finish_reason == "error") {
+        for (auto& j : jobs) j->cancel();  // the other choices have no reader any more
+        if (u.finish_reason == "cancelled") throw ApiError(503, "unavailable_error", "the server is shutting down");
+        throw std::runtime_error(u.error);
+      }
     }
-    tl_log.completion_tokens = tokens;
-    if (u.finish_reason == "cancelled") throw ApiError(503, "unavailable_error", "the server is shutting down");
-    if (u.finish_reason == "error") throw std::runtime_error(u.error);
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else choice["text"] = text;
+    json out = json::array();
+    for (const auto& c : choices) out.push_back(c.whole());
     send_json(res, 200,
               {{"id", id},
                {"object", chat ? "chat.completion" : "text_completion"},
                {"created", unix_time()},
                {"model", opt.model_id},
-               {"choices", json::array({choice})},
-               {"usage", usage(int64_t(job->params.prompt.size()), tokens, job->cached_tokens())}});
+               {"choices", std::move(out)},
+               {"usage", usage(int64_t(jobs[0]->params.prompt.size()), tokens, jobs[0]->cached_tokens())}});
   }
 
-  // Streams a job as server-sent events, OpenAI's chunk shapes.
-  void answer_stream(httplib::Response& res, std::shared_ptr<Job> job, bool chat, const std::string& id,
-                     bool include_usage) {
+  // Streams a request's jobs as server-sent events, OpenAI's chunk shapes
+  // (choices interleaved by index when n > 1).
+  void answer_stream(httplib::Response& res, std::vector<std::shared_ptr<Job>> jobs,
+                     std::vector<ChoiceBuilder> choices, bool chat, const std::string& id, bool include_usage) {
     struct Stream {
-      std::shared_ptr<Job> job;
-      bool chat, include_usage, role_sent = false;
+      std::vector<std::shared_ptr<Job>> jobs;
+      std::vector<ChoiceBuilder> choices;
+      std::vector<int64_t> tokens;
+      bool chat, include_usage;
       std::string id, model;
       int64_t created;
+      Clock::time_point last_write = Clock::now();
+      void cancel() {
+        for (auto& j : jobs) j->cancel();
+      }
     };
-    auto st = std::make_shared<Stream>(Stream{std::move(job), chat, include_usage, false, id, opt.model_id, unix_time()});
+    auto st = std::make_shared<Stream>(Stream{std::move(jobs), std::move(choices), {}, chat, include_usage, id,
+                                              opt.model_id, unix_time()});
+    st->tokens.assign(st->jobs.size(), 0);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // proxies must not buffer the stream
-    const int64_t prompt_tokens = int64_t(st->job->params.prompt.size());
+    const int64_t prompt_tokens = int64_t(st->jobs[0]->params.prompt.size());
     auto chunk = [st](json choice) {
       return json{{"id", st->id},
                   {"object", st->chat ? "chat.completion.chunk" : "text_completion"},
@@ -195,83 +246,131 @@ struct HttpServer::Impl {
     res.set_chunked_content_provider(
         "text/event-stream",
         [st, chunk, prompt_tokens](size_t, httplib::DataSink& sink) {
-          JobUpdate u;
-          if (!st->job->wait(u, std::chrono::milliseconds(1000))) {
-            // Nothing new (a long prefill, a full queue): an SSE comment
-            // keeps the connection alive, and failing to write it is how a
-            // vanished client is noticed.
-            static constexpr char kPing[] = ": keep-alive\n\n";
-            if (!sink.write(kPing, sizeof kPing - 1)) {
-              st->job->cancel();
-              return false;
-            }
-            return true;
-          }
+          // One choice waits up to a second; several are polled in turn.
+          const auto wait = std::chrono::milliseconds(st->jobs.size() == 1 ? 1000 : 20);
           std::string out;
-          // The role comes with the first token, not at accept time, so
-          // time-to-first-token means what load generators assume.
-          if (st->chat && !st->role_sent && (u.completion_tokens > 0 || u.done)) {
-            out += sse(chunk({{"index", 0},
-                              {"delta", {{"role", "assistant"}, {"content", ""}}},
-                              {"logprobs", nullptr},
-                              {"finish_reason", nullptr}}));
-            st->role_sent = true;
-          }
-          if (!u.text.empty()) {
-            json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-            if (st->chat) c["delta"] = {{"content", u.text}};
-            else c["text"] = u.text;
-            out += sse(chunk(c));
-          }
-          if (u.done) {
-            if (u.finish_reason == "cancelled" || u.finish_reason == "error") {
-              const bool down = u.finish_reason == "cancelled";
-              out += sse(error_body(down ? 503 : 500, down ? "unavailable_error" : "server_error",
-                                    down ? "the request was cancelled (the server is shutting down)" : u.error, "",
-                                    ""));
-            } else {
-              json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}};
-              if (st->chat) c["delta"] = json::object();
-              else c["text"] = "";
-              out += sse(chunk(c));
-              if (st->include_usage) {
-                json last = chunk(nullptr);
-                last["choices"] = json::array();
-                last["usage"] = usage(prompt_tokens, u.completion_tokens, st->job->cached_tokens());
-                out += sse(last);
+          bool all_done = true, failed = false;
+          std::string error;
+          for (size_t i = 0; i < st->jobs.size(); ++i) {
+            if (st->choices[i].done()) continue;
+            JobUpdate u;
+            if (st->jobs[i]->wait(u, wait)) {
+              st->tokens[i] = u.completion_tokens;
+              for (auto& c : st->choices[i].stream(u)) out += sse(chunk(std::move(c)));
+              if (st->choices[i].wants_stop()) st->jobs[i]->stop();
+              if (u.done && (u.finish_reason == "cancelled" || u.finish_reason == "error")) {
+                failed = true;
+                error = u.finish_reason == "cancelled" ? "" : u.error;
               }
+            }
+            if (!st->choices[i].done()) all_done = false;
+          }
+          int64_t total = 0;
+          for (int64_t t : st->tokens) total += t;
+          if (failed) {
+            const bool down = error.empty();
+            out += sse(error_body(down ? 503 : 500, down ? "unavailable_error" : "server_error",
+                                  down ? "the request was cancelled (the server is shutting down)" : error, "", ""));
+            out += "data: [DONE]\n\n";
+            st->cancel();
+          } else if (all_done) {
+            if (st->include_usage) {
+              json last = chunk(nullptr);
+              last["choices"] = json::array();
+              last["usage"] = usage(prompt_tokens, total, st->jobs[0]->cached_tokens());
+              out += sse(last);
             }
             out += "data: [DONE]\n\n";
           }
-          if (!out.empty() && !sink.write(out.data(), out.size())) {
-            st->job->cancel();
-            return false;
+          if (out.empty() && Clock::now() - st->last_write >= std::chrono::seconds(1)) {
+            // Nothing new for a second (a long prefill, a full queue): an
+            // SSE comment keeps the connection alive, and failing to write
+            // it is how a vanished client is noticed.
+            out = ": keep-alive\n\n";
           }
-          if (u.done) {
-            tl_log.completion_tokens = u.completion_tokens;
+          if (!out.empty()) {
+            if (!sink.write(out.data(), out.size())) {
+              st->cancel();
+              return false;
+            }
+            st->last_write = Clock::now();
+          }
+          if (failed || all_done) {
+            tl_log.completion_tokens = total;
             sink.done();
           }
           return true;
         },
-        [st](bool) { st->job->cancel(); });  // a no-op once the job is done
+        [st](bool) { st->cancel(); });  // a no-op once the jobs are done
   }
 
   void generate(const httplib::Request&, httplib::Response& res, GenerationRequest r, std::vector<int32_t> prompt,
-                bool chat) {
+                bool chat, ChoiceOptions co = {}) {
     check_model(r.model);
     tl_log.prompt_tokens = int64_t(prompt.size());
     JobParams p = job_params(r, std::move(prompt));
-    auto job = scheduler.submit(std::move(p));
+    auto jobs = scheduler().submit(std::move(p), r.n);
     const std::string id = request_id(chat ? "chatcmpl-" : "cmpl-");
-    if (r.stream) answer_stream(res, std::move(job), chat, id, r.include_usage);
-    else answer_whole(res, job, chat, id);
+    co.chat = chat;
+    co.logprobs = r.logprobs;
+    std::vector<ChoiceBuilder> choices;
+    Engine* e = engine_ptr;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      ChoiceOptions ci = co;
+      ci.call_id_prefix = "call_" + id.substr(id.find('-') + 1) + "_" + std::to_string(i) + "_";
+      choices.emplace_back(i, std::move(ci), [e](int32_t t) { return e->detokenize(std::span<const int32_t>(&t, 1)); });
+    }
+    if (r.stream) answer_stream(res, std::move(jobs), std::move(choices), chat, id, r.include_usage);
+    else answer_whole(res, jobs, choices, chat, id);
+  }
+
+  // The chat prompt: DeepSeek-V4's encoding of the messages with the
+  // request's tools in the system prompt, and for a forced tool_choice the
+  // opening of the call written after the generation prompt.
+  std::string chat_prompt(const GenerationRequest& r, ChoiceOptions& co) {
+    std::vector<ChatMessage> messages = r.messages;
+    if (!r.tools.empty() && r.tool_choice != ToolChoice::None) {
+      // DeepSeek's encoder reads tools from the system message.
+      if (messages.front().role != ChatRole::System) {
+        ChatMessage sys;
+        sys.role = ChatRole::System;
+        messages.insert(messages.begin(), std::move(sys));
+      }
+      messages.front().tools = r.tools;
+    }
+    ChatEncodeOptions eo;
+    eo.mode = r.thinking ? ThinkingMode::Thinking : ThinkingMode::Chat;
+    eo.effort = r.effort;
+    std::string text;
+    try {
+      text = encode_dsv4_chat(messages, eo);
+    } catch (const Error& e) {
+      bad_request("messages", e.what());  // the encoding refused the conversation
+    }
+    co.thinking = r.thinking;
+    co.tool_choice = r.tools.empty() ? ToolChoice::None : r.tool_choice;
+    co.parallel_tool_calls = r.parallel_tool_calls;
+    if (r.tool_choice == ToolChoice::Required) {
+      text += "\n\n<｜DSML｜tool_calls>\n";
+      co.start = ReplyParser::Start::InToolCalls;
+    } else if (r.tool_choice == ToolChoice::Named) {
+      text += "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" + r.tool_choice_name + "\">\n";
+      co.start = ReplyParser::Start::InInvoke;
+      co.forced_name = r.tool_choice_name;
+    }
+    return text;
   }
 
   // ---- routes ----------------------------------------------------------------
 
   void routes() {
-    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200, {{"status", "ok"}});
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
+      // Both shapes clients probe for: a status word, and llama-server's envelope.
+      json body = error_body(503, "unavailable_error", "Loading model", "", "");
+      body["status"] = "loading";
+      send_json(res, 503, body);
+      res.set_header("Retry-After", "1");
     });
     http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"object", "list"}, {"data", json::array({model_json()})}});
@@ -285,43 +384,39 @@ struct HttpServer::Impl {
       res.set_content(metrics(), "text/plain; version=0.0.4");
     }));
     http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      GenerationRequest r = parse_completion_request(req.body, engine.vocab_size());
+      GenerationRequest r =
+          parse_completion_request(req.body, engine().vocab_size(), engine().generation_defaults().sampling);
       std::vector<int32_t> prompt;
       if (r.prompt_is_ids) {
         prompt = r.prompt_ids;
       } else {
         // Raw text after BOS, as `nibble run` feeds it.
-        if (engine.bos_token_id() >= 0) prompt.push_back(int32_t(engine.bos_token_id()));
-        const auto ids = engine.tokenize(r.prompt_text, /*allow_special=*/true);
+        if (engine().bos_token_id() >= 0) prompt.push_back(int32_t(engine().bos_token_id()));
+        const auto ids = engine().tokenize(r.prompt_text, /*allow_special=*/true);
         prompt.insert(prompt.end(), ids.begin(), ids.end());
       }
       generate(req, res, std::move(r), std::move(prompt), false);
     }));
     http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      GenerationRequest r = parse_chat_request(req.body);
-      std::string text;
-      try {
-        ChatEncodeOptions co;
-        co.mode = ThinkingMode::Chat;
-        text = encode_dsv4_chat(r.messages, co);
-      } catch (const Error& e) {
-        bad_request("messages", e.what());  // the encoding refused the conversation
-      }
-      generate(req, res, std::move(r), engine.tokenize(text, /*allow_special=*/true), true);
+      GenerationRequest r = parse_chat_request(req.body, engine().generation_defaults().sampling);
+      ChoiceOptions co;
+      const std::string text = chat_prompt(r, co);
+      auto prompt = engine().tokenize(text, /*allow_special=*/true);
+      generate(req, res, std::move(r), std::move(prompt), true, std::move(co));
     }));
     http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
       const TokenizeRequest r = parse_tokenize_request(req.body);
       check_model(r.model);
       std::vector<int32_t> ids;
-      if (r.add_special && engine.bos_token_id() >= 0) ids.push_back(int32_t(engine.bos_token_id()));
-      const auto t = engine.tokenize(r.content, /*allow_special=*/true);
+      if (r.add_special && engine().bos_token_id() >= 0) ids.push_back(int32_t(engine().bos_token_id()));
+      const auto t = engine().tokenize(r.content, /*allow_special=*/true);
       ids.insert(ids.end(), t.begin(), t.end());
       send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx}});
     }));
     http.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      const DetokenizeRequest r = parse_detokenize_request(req.body, engine.vocab_size());
+      const DetokenizeRequest r = parse_detokenize_request(req.body, engine().vocab_size());
       check_model(r.model);
-      const std::string text = engine.detokenize(r.tokens);
+      const std::string text = engine().detokenize(r.tokens);
       send_json(res, 200, {{"prompt", text}, {"content", text}});  // vLLM's and llama-server's names
     }));
 
@@ -385,7 +480,7 @@ struct HttpServer::Impl {
   }
 
   std::string metrics() {
-    const SchedulerStats s = scheduler.stats();
+    const SchedulerStats s = scheduler().stats();
     std::string out;
     auto metric = [&out](const char* name, const char* type, const char* help, int64_t v) {
       out += std::string("# HELP nibble:") + name + " " + help + "\n# TYPE nibble:" + name + " " + type + "\nnibble:" +
@@ -393,7 +488,7 @@ struct HttpServer::Impl {
     };
     metric("requests_running", "gauge", "Requests holding a sequence.", s.running);
     metric("requests_waiting", "gauge", "Requests queued for a sequence.", s.waiting);
-    metric("live_sequences", "gauge", "Sequences the engine holds.", int64_t(engine.live_sequences()));
+    metric("live_sequences", "gauge", "Sequences the engine holds.", int64_t(engine().live_sequences()));
     metric("prompt_tokens_total", "counter", "Prompt tokens prefilled.", s.prompt_tokens);
     metric("generation_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
     metric("steps_total", "counter", "Engine steps run.", s.steps);
@@ -401,6 +496,11 @@ struct HttpServer::Impl {
     metric("prefix_cache_hits_total", "counter", "Requests that started from a kept prompt state.", s.cache_hits);
     metric("prefix_cache_entries", "gauge", "Prompt states kept for reuse.", s.cache_entries);
     metric("prefix_cache_tokens", "gauge", "Prompt tokens those states hold.", s.cache_tokens);
+    out += s.ttft.exposition("nibble:time_to_first_token_seconds", "Time from a request's arrival to its first token.");
+    out += s.itl.exposition("nibble:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
+    out += s.tpot.exposition("nibble:time_per_output_token_seconds",
+                             "A finished request's mean time per output token after the first.");
+    out += s.e2e.exposition("nibble:e2e_request_latency_seconds", "Time from a request's arrival to its end.");
     out += "# HELP nibble:requests_total HTTP requests answered, by status.\n# TYPE nibble:requests_total counter\n";
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [status, n] : by_status)
@@ -409,7 +509,11 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(Engine& engine, ServerOptions options) : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
+HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options) : HttpServer(std::move(options)) { attach(engine); }
+
+void HttpServer::attach(Engine& engine) { impl_->attach(engine); }
 
 HttpServer::~HttpServer() {
   stop();
@@ -423,6 +527,7 @@ void HttpServer::bind() {
     s.bound_port = s.opt.port;
   }
   if (s.bound_port <= 0) fail("cannot listen on ", s.opt.host, ":", s.opt.port, " (in use, or not an address here)");
+  widen_backlog(s.bound_port);
 }
 
 int HttpServer::port() const { return impl_->bound_port; }
@@ -432,7 +537,7 @@ void HttpServer::serve() { impl_->http.listen_after_bind(); }
 void HttpServer::stop() {
   // Stop accepting first, then cancel: streams see their jobs end and close.
   impl_->http.stop();
-  impl_->scheduler.shutdown();
+  if (impl_->scheduler_ptr) impl_->scheduler_ptr->shutdown();
 }
 
 }  // namespace nibble::server

@@ -3,6 +3,10 @@
 // run on httplib's connection threads, parse and check the request there,
 // and hand generation to the Scheduler; they never call Engine::step.
 //
+// The socket can open before the model is loaded (HttpServer(options),
+// serve(), then attach(engine)): until attach() every route answers 503,
+// /health with {"status": "loading"}, so probes see the load happen.
+//
 // Routes: GET /health, GET /v1/models, GET /v1/models/{id}, GET /metrics,
 // POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
 // POST /detokenize. Everything else is a 404 in OpenAI's error envelope.
@@ -30,8 +34,11 @@ struct ServerOptions {
 
 class HttpServer {
  public:
+  explicit HttpServer(ServerOptions options);      // loading until attach()
   HttpServer(Engine& engine, ServerOptions options);
   ~HttpServer();
+  // The model is ready: requests are served from now on (any thread, once).
+  void attach(Engine& engine);
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 

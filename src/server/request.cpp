@@ -2,6 +2,7 @@
 // ill-formed UTF-8 in strings), then field by field against a fixed list.
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -142,13 +143,16 @@ bool common_field(const std::string& key, const json& v, GenerationRequest& r) {
       else bad_request("stream_options." + k, "unknown field stream_options.", k);
     }
   } else if (key == "n") {
-    if (!v.is_null() && as_integer(v, key, 1, kMax) != 1) bad_request(key, "n must be 1 (one choice per request)");
-  } else if (key == "presence_penalty" || key == "frequency_penalty") {
-    if (!v.is_null() && as_number(v, key, -2, 2) != 0) bad_request(key, key, " is not supported yet (only 0)");
-  } else if (key == "logprobs") {
-    // chat: a boolean; completions: an integer count.
+    if (!v.is_null()) r.n = as_integer(v, key, 1, kMaxChoices);
+  } else if (key == "presence_penalty") {
+    if (!v.is_null()) r.sampling.presence_penalty = float(as_number(v, key, -2, 2));
+  } else if (key == "frequency_penalty") {
+    if (!v.is_null()) r.sampling.frequency_penalty = float(as_number(v, key, -2, 2));
+  } else if (key == "repetition_penalty") {
+    // vLLM's and transformers' (llama-server: repeat_penalty): > 0, 1 = off.
     if (v.is_null()) return true;
-    if (v.is_boolean() ? v.get<bool>() : as_integer(v, key, 0, 20) != 0) bad_request(key, "logprobs are not supported yet");
+    r.sampling.repetition_penalty = float(as_number(v, key, 0, 100));
+    if (r.sampling.repetition_penalty <= 0) bad_request(key, "repetition_penalty must be > 0 (1 = off), got 0");
   } else if (key == "user") {
     if (!v.is_null()) as_string(v, key);
   } else {
@@ -159,6 +163,51 @@ bool common_field(const std::string& key, const json& v, GenerationRequest& r) {
 
 void finish_common(GenerationRequest& r) {
   if (r.include_usage && !r.stream) bad_request("stream_options", "stream_options is only allowed with stream: true");
+  // Greedy choices would all be the same reply.
+  if (r.n > 1 && r.sampling.temperature == 0) bad_request("n", "n > 1 needs temperature > 0 (greedy choices are identical)");
+}
+
+// "tools": [{"type": "function", "function": {"name": ..., ...}}, ...]. The
+// array's text is taken from an order-keeping parse, so the schemas reach
+// the prompt with the client's key order (as DeepSeek's encoder writes them).
+void parse_tools(std::string_view body, const json& v, GenerationRequest& r) {
+  if (v.is_null()) return;
+  if (!v.is_array()) bad_request("tools", "tools must be an array, got ", type_name(v));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    const json& t = v[i];
+    if (!t.is_object()) bad_request(at, at, " must be an object, got ", type_name(t));
+    if (!t.contains("type") || as_string(t["type"], at + ".type") != "function")
+      bad_request(at + ".type", at, ".type must be \"function\"");
+    if (!t.contains("function") || !t["function"].is_object()) bad_request(at + ".function", at, " has no function object");
+    const json& f = t["function"];
+    if (!f.contains("name")) bad_request(at + ".function.name", at, " has no function name");
+    const std::string name = as_string(f["name"], at + ".function.name");
+    if (name.empty() || name.find_first_of("\"<>\n") != std::string::npos)
+      bad_request(at + ".function.name", at, ".function.name must be non-empty, without quotes, '<', '>' or newlines");
+    if (f.contains("parameters") && !f["parameters"].is_object())
+      bad_request(at + ".function.parameters", at, ".function.parameters must be an object");
+    r.tool_names.push_back(name);
+  }
+  if (r.tool_names.empty()) return;
+  const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+  r.tools = ordered["tools"].dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void parse_tool_choice(const json& v, GenerationRequest& r) {
+  if (v.is_null()) return;
+  if (v.is_string()) {
+    const std::string c = v.get<std::string>();
+    if (c == "auto") r.tool_choice = ToolChoice::Auto;
+    else if (c == "none") r.tool_choice = ToolChoice::None;
+    else if (c == "required") r.tool_choice = ToolChoice::Required;
+    else bad_request("tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}, got \"", c, "\"");
+    return;
+  }
+  if (!v.is_object() || !v.contains("function") || !v["function"].is_object() || !v["function"].contains("name"))
+    bad_request("tool_choice", "tool_choice must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  r.tool_choice = ToolChoice::Named;
+  r.tool_choice_name = as_string(v["function"]["name"], "tool_choice.function.name");
 }
 
 ChatMessage parse_message(const json& m, size_t index) {
@@ -224,9 +273,10 @@ ChatMessage parse_message(const json& m, size_t index) {
 
 }  // namespace
 
-GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_size) {
+GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_size, const SamplingParams& defaults) {
   const json j = parse_object(body);
   GenerationRequest r;
+  r.sampling = defaults;
   bool has_prompt = false;
   for (const auto& [key, v] : j.items()) {
     if (common_field(key, v, r)) continue;
@@ -247,6 +297,11 @@ GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_
       } else {
         bad_request(key, "prompt must be a string or an array of token ids, got ", type_name(v));
       }
+    } else if (key == "logprobs") {
+      // Completions: the number of most likely tokens to list (0: the sampled one only).
+      if (v.is_null()) continue;
+      r.logprobs = true;
+      r.top_logprobs = as_integer(v, key, 0, kMaxTopLogprobs);
     } else if (key == "echo") {
       if (!v.is_null() && as_bool(v, key)) bad_request(key, "echo is not supported yet");
     } else if (key == "suffix") {
@@ -261,10 +316,15 @@ GenerationRequest parse_completion_request(std::string_view body, int64_t vocab_
   return r;
 }
 
-GenerationRequest parse_chat_request(std::string_view body) {
+GenerationRequest parse_chat_request(std::string_view body, const SamplingParams& defaults) {
   const json j = parse_object(body);
   GenerationRequest r;
+  r.sampling = defaults;
   bool has_messages = false;
+  // Thinking is off unless asked for; an explicit chat_template_kwargs.thinking
+  // wins over reasoning_effort and DeepSeek's thinking.type.
+  std::optional<bool> kwargs_thinking, effort_thinking, type_thinking;
+  bool top_given = false;
   for (const auto& [key, v] : j.items()) {
     if (common_field(key, v, r)) continue;
     if (key == "messages") {
@@ -276,23 +336,54 @@ GenerationRequest parse_chat_request(std::string_view body) {
       if (!v.is_object()) bad_request(key, "chat_template_kwargs must be an object, got ", type_name(v));
       for (const auto& [k, x] : v.items()) {
         const std::string name = "chat_template_kwargs." + k;
-        if (k == "thinking" || k == "enable_thinking") {
-          if (as_bool(x, name)) bad_request(name, "thinking mode is not served yet");
-        } else {
-          bad_request(name, "unknown field ", name);
-        }
+        if (k == "thinking" || k == "enable_thinking") kwargs_thinking = as_bool(x, name);
+        else bad_request(name, "unknown field ", name, " (known: thinking, enable_thinking)");
       }
     } else if (key == "reasoning_effort") {
       if (v.is_null()) continue;
       const std::string e = as_string(v, key);
-      if (e != "none") bad_request(key, "reasoning_effort: thinking mode is not served yet (only \"none\")");
-    } else if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls" || key == "response_format") {
+      if (e == "none") effort_thinking = false;
+      else if (e == "minimal" || e == "low" || e == "medium") effort_thinking = true;
+      else if (e == "high") effort_thinking = true, r.effort = ReasoningEffort::High;
+      else if (e == "max") effort_thinking = true, r.effort = ReasoningEffort::Max;
+      else bad_request(key, "reasoning_effort must be none, minimal, low, medium, high or max, got \"", e, "\"");
+    } else if (key == "thinking") {
+      // DeepSeek's API: {"type": "enabled" | "disabled"}.
+      if (v.is_null()) continue;
+      if (!v.is_object() || !v.contains("type")) bad_request(key, "thinking must be {\"type\": \"enabled\" | \"disabled\"}");
+      const std::string t = as_string(v["type"], "thinking.type");
+      if (t != "enabled" && t != "disabled") bad_request("thinking.type", "thinking.type must be enabled or disabled, got \"", t, "\"");
+      type_thinking = t == "enabled";
+    } else if (key == "logprobs") {
+      if (!v.is_null()) r.logprobs = as_bool(v, key);
+    } else if (key == "top_logprobs") {
+      if (v.is_null()) continue;
+      r.top_logprobs = as_integer(v, key, 0, kMaxTopLogprobs);
+      top_given = true;
+    } else if (key == "tools") {
+      parse_tools(body, v, r);
+    } else if (key == "tool_choice") {
+      parse_tool_choice(v, r);
+    } else if (key == "parallel_tool_calls") {
+      if (!v.is_null()) r.parallel_tool_calls = as_bool(v, key);
+    } else if (key == "response_format") {
       if (!v.is_null()) bad_request(key, key, " is not supported yet");
     } else {
       bad_request(key, "unknown field ", key);
     }
   }
   if (!has_messages || r.messages.empty()) bad_request("messages", "messages must hold at least one message");
+  if (top_given && !r.logprobs) bad_request("top_logprobs", "top_logprobs needs logprobs: true");
+  r.thinking = kwargs_thinking.value_or(effort_thinking.value_or(type_thinking.value_or(false)));
+  if (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) {
+    if (r.tool_names.empty()) bad_request("tool_choice", "tool_choice forces a call, but no tools are given");
+    if (r.tool_choice == ToolChoice::Named &&
+        std::find(r.tool_names.begin(), r.tool_names.end(), r.tool_choice_name) == r.tool_names.end())
+      bad_request("tool_choice", "tool_choice names `", r.tool_choice_name, "`, which is not among the tools");
+    // The call is forced by writing its opening into the prompt; in thinking
+    // mode it would have to come after the reasoning, mid-generation.
+    if (r.thinking) bad_request("tool_choice", "a forced tool_choice (required or a named function) needs thinking off");
+  }
   finish_common(r);
   return r;
 }

@@ -1,31 +1,80 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 #include "server/api_error.h"
 
 namespace nibble::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// log-softmax of `logits` [vocab] at `token`, and the `k` most likely tokens.
+TokenLogprob log_probs(const float* logits, int64_t vocab, int32_t token, int64_t k) {
+  float max = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) max = std::max(max, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  const double lse = double(max) + std::log(sum);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = float(double(logits[token]) - lse);
+  // The top k by one pass with a small sorted list (k <= 20).
+  std::vector<int32_t> top;
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  for (int64_t i = 0; i < vocab && k > 0; ++i) {
+    const int32_t id = int32_t(i);
+    if (int64_t(top.size()) == k && !better(id, top.back())) continue;
+    top.insert(std::upper_bound(top.begin(), top.end(), id, better), id);
+    if (int64_t(top.size()) > k) top.pop_back();
+  }
+  for (int32_t id : top) out.top.push_back({id, float(double(logits[id]) - lse)});
+  return out;
+}
+
+}  // namespace
 
 // ---- Job: the hand-over between the scheduler and an HTTP thread ----------
 
 bool Job::wait(JobUpdate& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
+  end_only_ = false;
   if (!cv_.wait_for(lock, timeout, [&] { return news_ || (done_ && !done_read_); })) return false;
+  take(out);
+  return true;
+}
+
+bool Job::wait_end(JobUpdate& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  end_only_ = true;
+  cv_.wait_for(lock, timeout, [&] { return done_ && !done_read_; });
+  if (!news_ && !(done_ && !done_read_)) return false;
+  take(out);
+  return true;
+}
+
+void Job::take(JobUpdate& out) {
   out.text = std::move(pending_);
   pending_.clear();
+  out.logprobs = std::move(pending_logprobs_);
+  pending_logprobs_.clear();
   out.completion_tokens = tokens_;
   out.done = done_;
   out.finish_reason = finish_;
   out.error = error_;
   news_ = false;
   if (done_) done_read_ = true;
-  return true;
 }
 
 void Job::publish(const std::string& text, int64_t tokens, const char* finish, const std::string& error) {
+  bool wake = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    wake = finish || !end_only_;  // a reader waiting for the end only is not woken per token
     pending_ += text;
     tokens_ = tokens;
     if (finish) {
@@ -35,7 +84,7 @@ void Job::publish(const std::string& text, int64_t tokens, const char* finish, c
     }
     news_ = true;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 // ---- Scheduler --------------------------------------------------------------
@@ -43,13 +92,33 @@ void Job::publish(const std::string& text, int64_t tokens, const char* finish, c
 Scheduler::Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens)
     : engine_(engine), parallel_(size_t(std::max(1, parallel))), max_queue_(size_t(std::max(0, max_queue))),
       cache_limit_(std::max<int64_t>(0, cache_tokens)), eos_(engine.eos_token_ids()) {
+  // generation_config.json's eos_token_id ends replies too, as in `nibble run`.
+  for (int64_t t : engine.generation_defaults().stop_tokens)
+    if (std::find(eos_.begin(), eos_.end(), t) == eos_.end()) eos_.push_back(t);
   thread_ = std::thread([this] { loop(); });
 }
 
 Scheduler::~Scheduler() { shutdown(); }
 
-std::shared_ptr<Job> Scheduler::submit(JobParams params) {
-  auto job = std::make_shared<Job>(std::move(params));
+std::shared_ptr<Job> Scheduler::submit(JobParams params) { return submit(std::move(params), 1).front(); }
+
+std::vector<std::shared_ptr<Job>> Scheduler::submit(JobParams params, int64_t n) {
+  if (n < 1 || size_t(n) > parallel_)
+    throw ApiError(400, "invalid_request_error",
+                   "n is " + std::to_string(n) + ", but this server runs at most " + std::to_string(parallel_) +
+                       " sequences at once (--parallel)",
+                   "n");
+  std::vector<std::shared_ptr<Job>> group;
+  for (int64_t i = 0; i < n; ++i) {
+    JobParams p = params;
+    p.sampling.seed = params.sampling.seed + uint64_t(i);
+    group.push_back(std::make_shared<Job>(std::move(p)));
+    if (i > 0) {
+      group.back()->follower_ = true;
+      group.front()->followers_.push_back(group.back());
+    }
+  }
+  const auto& job = group.front();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw ApiError(503, "unavailable_error", "the server is shutting down");
@@ -64,7 +133,7 @@ std::shared_ptr<Job> Scheduler::submit(JobParams params) {
     stats_.waiting = int64_t(waiting_.size());
   }
   cv_.notify_one();
-  return job;
+  return group;
 }
 
 void Scheduler::shutdown() {
@@ -99,17 +168,20 @@ bool Scheduler::admit(std::vector<std::shared_ptr<Job>>& running) {
         ++it;
       }
     }
-    while (running.size() < parallel_ && !waiting_.empty()) {
+    // A group (n > 1) enters whole.
+    while (!waiting_.empty() && running.size() + 1 + waiting_.front()->followers_.size() <= parallel_) {
       running.push_back(waiting_.front());
+      for (auto& f : waiting_.front()->followers_) running.push_back(f);
       waiting_.pop_front();
     }
     stats_.waiting = int64_t(waiting_.size());
   }
-  for (auto& job : dropped) finish(*job, "cancelled");
+  for (auto& job : dropped) finish(*job, "cancelled");  // its followers too
   return !stop;
 }
 
 void Scheduler::start(Job& job) {
+  job.started_ = true;
   // The longest kept prompt that is a proper prefix of this one (one token
   // at least must still be fed, for the logits to sample from).
   const auto& prompt = job.params.prompt;
@@ -134,18 +206,48 @@ void Scheduler::start(Job& job) {
 }
 
 void Scheduler::finish(Job& job, const char* reason, const std::string& error) {
+  if (job.ended_) return;
+  job.ended_ = true;
   if (job.seq_ >= 0) {
     engine_.release(job.seq_);
     job.seq_ = -1;
   }
+  // Choices that have not forked the prompt yet cannot start without it.
+  for (auto& f : job.followers_)
+    if (!f->started_) finish(*f, reason, error);
+  const std::string why = reason;
   // What was held back (a possible stop-string start) is sent, unless a
   // stop string or the client ended the job.
-  const bool keep = std::string(reason) == "stop" || std::string(reason) == "length";
+  const bool keep = why == "stop" || why == "length";
   const std::string rest = keep && job.text_ ? job.text_->flush() : "";
+  {
+    // Counted before the reader hears of the end, so /metrics read after a
+    // reply includes it.
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.finished;
+    if (why == "cancelled") ++stats_.cancelled;
+    if (keep) {
+      stats_.e2e.observe(seconds(Clock::now() - job.submitted));
+      if (job.generated_ >= 2)
+        stats_.tpot.observe(seconds(job.last_token_ - job.first_token_) / double(job.generated_ - 1));
+    }
+  }
   job.publish(rest, job.generated_, reason, error);
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.finished;
-  if (std::string(reason) == "cancelled") ++stats_.cancelled;
+}
+
+// The other choices of a group fork the first job's state once its prompt
+// is fed (before it samples, so every fork starts unseeded).
+void Scheduler::fork_followers(Job& leader) {
+  for (auto& f : leader.followers_) {
+    if (f->ended_) continue;
+    f->started_ = true;
+    f->seq_ = engine_.fork(leader.seq_);
+    engine_.reseed(f->seq_);
+    f->fed_ = leader.fed_;
+    f->cached_tokens_.store(leader.cached_tokens());
+    f->text_ = std::make_unique<TextStream>(
+        [this](std::span<const int32_t> ids) { return engine_.detokenize(ids); }, f->params.stop);
+  }
 }
 
 // Keeps a fork of a job whose prompt was just fed, evicting the least
@@ -178,9 +280,22 @@ void Scheduler::clear_cache() {
 }
 
 // One sampled token: send its text, or end the job.
-void Scheduler::on_token(Job& job, int32_t token) {
+void Scheduler::on_token(Job& job, int32_t token, const float* logits) {
   ++job.generated_;
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job.generated_ == 1) stats_.ttft.observe(seconds(now - job.submitted));
+    else stats_.itl.observe(seconds(now - job.last_token_));
+  }
+  if (job.generated_ == 1) job.first_token_ = now;
+  job.last_token_ = now;
   if (std::find(eos_.begin(), eos_.end(), int64_t(token)) != eos_.end()) return finish(job, "stop");
+  if (job.params.top_logprobs >= 0) {
+    TokenLogprob lp = log_probs(logits, engine_.vocab_size(), token, job.params.top_logprobs);
+    std::lock_guard<std::mutex> lock(job.mu_);
+    job.pending_logprobs_.push_back(std::move(lp));
+  }
   const std::string text = job.text_->push(token);
   if (job.text_->stopped()) {
     job.publish(text, job.generated_, nullptr);
@@ -191,7 +306,7 @@ void Scheduler::on_token(Job& job, int32_t token) {
     return finish(job, "length");
   }
   job.next_token_ = token;
-  if (!text.empty()) job.publish(text, job.generated_, nullptr);
+  if (!text.empty() || job.params.top_logprobs >= 0) job.publish(text, job.generated_, nullptr);
 }
 
 void Scheduler::loop() {
@@ -204,7 +319,10 @@ void Scheduler::loop() {
       if (!go_on || job->cancelled()) {
         finish(*job, "cancelled");
         job.reset();
-      } else if (job->seq_ < 0) {
+      } else if (job->stop_requested() && job->started_) {
+        finish(*job, "stop");
+        job.reset();
+      } else if (!job->started_ && !job->follower_) {
         // An engine failure here (out of memory for a fork) ends this job
         // with a 500, not the scheduler thread.
         try {
@@ -216,6 +334,7 @@ void Scheduler::loop() {
       }
     }
     std::erase(running, nullptr);
+    std::erase_if(running, [](const auto& j) { return j->ended_; });
     if (!go_on) {
       clear_cache();
       return;
@@ -232,12 +351,13 @@ void Scheduler::loop() {
     int64_t budget = engine_.step_token_budget();
     int64_t prompt_fed = 0;
     for (auto& job : running) {
-      if (job->fed_ < job->params.prompt.size()) continue;
+      if (!job->started_ || job->fed_ < job->params.prompt.size()) continue;
       batch.push_back({job->seq_, std::span<const int32_t>(&job->next_token_, 1)});
       owners.push_back(job.get());
       --budget;
     }
     for (auto& job : running) {
+      if (!job->started_) continue;  // a choice waiting for its group's prefill
       const size_t left = job->params.prompt.size() - job->fed_;
       if (left == 0) continue;
       if (budget <= 0) break;
@@ -257,7 +377,7 @@ void Scheduler::loop() {
       // Requests are checked before they are queued, so this is the
       // engine's failure, not a client's: end the step's jobs with it.
       for (Job* job : owners) finish(*job, "error", e.what());
-      std::erase_if(running, [](const auto& j) { return j->seq_ < 0; });
+      std::erase_if(running, [](const auto& j) { return j->ended_; });
       continue;
     }
     int64_t sampled = 0;
@@ -266,17 +386,31 @@ void Scheduler::loop() {
       try {
         if (job.fed_ < job.params.prompt.size()) {
           job.fed_ += batch[i].tokens.size();
-          if (job.fed_ == job.params.prompt.size()) remember_prompt(job);
+          if (job.fed_ == job.params.prompt.size()) {
+            remember_prompt(job);
+            fork_followers(job);
+            // The other choices sample from the same prompt logits.
+            for (auto& f : job.followers_) {
+              if (f->ended_ || f->generated_ > 0) continue;
+              try {
+                const int32_t t = engine_.sample(f->seq_, logits[i].data(), f->params.sampling);
+                ++sampled;
+                on_token(*f, t, logits[i].data());
+              } catch (const std::exception& e) {
+                finish(*f, "error", e.what());
+              }
+            }
+          }
         }
         if (logits[i].empty()) continue;
         const int32_t token = engine_.sample(job.seq_, logits[i].data(), job.params.sampling);
         ++sampled;
-        on_token(job, token);
+        on_token(job, token, logits[i].data());
       } catch (const std::exception& e) {
         finish(job, "error", e.what());
       }
     }
-    std::erase_if(running, [](const auto& j) { return j->seq_ < 0; });
+    std::erase_if(running, [](const auto& j) { return j->ended_; });
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.steps;
     stats_.prompt_tokens += prompt_fed;

@@ -21,6 +21,20 @@
 // prompt) starts from a fork of it and prefills only the rest. Forked
 // states continue bit-identically to a fresh prefill (docs/sequences.md).
 //
+// n > 1 (several choices for one prompt): the request is a group of jobs.
+// The first prefills the prompt; when its last prompt token's logits come,
+// each other job forks that state and samples from the same logits with its
+// own seed (the request's seed + its index). One prefill, n sequences. A
+// group is admitted whole, so it never waits half-started.
+//
+// Log-probabilities, when asked for, are the log-softmax of the raw logits
+// (before temperature and truncation, as OpenAI reports them), for the
+// sampled token and the most likely ones.
+//
+// Latency metrics: time to first token (from submit), time between tokens,
+// time per output token (a request's mean) and end-to-end time, kept as
+// Prometheus histograms.
+//
 // A job ends at a model end-of-sequence token (finish "stop"), a stop
 // string ("stop"), its token budget or the context's end ("length"),
 // cancel() (a client gone: at the next step), or shutdown(). Its sequence is
@@ -40,6 +54,7 @@
 #include <vector>
 
 #include "nibble/engine.h"
+#include "server/histogram.h"
 #include "server/text_stream.h"
 
 namespace nibble::server {
@@ -49,11 +64,21 @@ struct JobParams {
   int64_t max_tokens = 16;             // already capped to the context
   SamplingParams sampling;
   std::vector<std::string> stop;       // stop strings
+  int64_t top_logprobs = -1;           // >= 0: log-probabilities of the sampled and this many top tokens
+};
+
+// One generated token's log-probability, and the top candidates' (most
+// likely first; ties: lower id first).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 // What an HTTP thread reads of a job.
 struct JobUpdate {
   std::string text;                    // new text since the last update
+  std::vector<TokenLogprob> logprobs;  // of the tokens since the last update (end-of-sequence excluded)
   int64_t completion_tokens = 0;       // generated so far
   bool done = false;
   std::string finish_reason;           // when done: "stop", "length", "cancelled" or "error"
@@ -68,9 +93,15 @@ class Job {
 
   // Waits up to `timeout` for new output; false when nothing came.
   bool wait(JobUpdate& out, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for the end only (no wake-up per token: a
+  // non-streamed reply), then takes whatever came; false when nothing did.
+  bool wait_end(JobUpdate& out, std::chrono::milliseconds timeout);
   // Ends the job at the scheduler's next step (idempotent, any thread).
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
+  // Ends it there as a normal finish ("stop"): the reader has all it can use.
+  void stop() { stop_requested_.store(true); }
+  bool stop_requested() const { return stop_requested_.load(); }
   // Prompt tokens taken from the prefix cache (set when the job starts).
   int64_t cached_tokens() const { return cached_tokens_.load(); }
 
@@ -79,22 +110,29 @@ class Job {
 
  private:
   friend class Scheduler;
+  void take(JobUpdate& out);  // under mu_
   void publish(const std::string& text, int64_t tokens, const char* finish, const std::string& error = "");
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::string pending_;                // text not yet read by wait()
+  std::vector<TokenLogprob> pending_logprobs_;
   int64_t tokens_ = 0;
   bool done_ = false, done_read_ = false, news_ = false;
+  bool end_only_ = false;              // the reader waits in wait_end()
   std::string finish_, error_;
-  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> cancelled_{false}, stop_requested_{false};
   std::atomic<int64_t> cached_tokens_{0};
 
   // The scheduler thread's own fields (never touched by HTTP threads).
   SeqId seq_ = -1;
+  bool started_ = false, ended_ = false;
+  std::vector<std::shared_ptr<Job>> followers_;  // n > 1: the other choices (on the first job)
+  bool follower_ = false;              // forks the first job's state when its prompt is fed
   size_t fed_ = 0;                     // prompt tokens fed
   int32_t next_token_ = 0;             // sampled, to be fed by the next decode step
   int64_t generated_ = 0;
+  std::chrono::steady_clock::time_point first_token_, last_token_;
   std::unique_ptr<TextStream> text_;
 };
 
@@ -104,6 +142,10 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;  // processed since start
   int64_t finished = 0, cancelled = 0;
   int64_t cache_hits = 0, cache_entries = 0, cache_tokens = 0;
+  Histogram ttft{Histogram::ttft_bounds()};           // submit to first token
+  Histogram itl{Histogram::tpot_bounds()};            // between consecutive tokens
+  Histogram tpot{Histogram::tpot_bounds()};           // a finished request's mean time per token after the first
+  Histogram e2e{Histogram::e2e_bounds()};             // submit to the end (stop / length)
 };
 
 class Scheduler {
@@ -116,6 +158,9 @@ class Scheduler {
   // Queues a job. Throws ApiError 503 when the queue is full or the server
   // is shutting down.
   std::shared_ptr<Job> submit(JobParams params);
+  // n choices of one prompt (one prefill): job i samples with seed + i.
+  // Throws ApiError 400 when n exceeds the parallel slots, 503 as submit().
+  std::vector<std::shared_ptr<Job>> submit(JobParams params, int64_t n);
   // Cancels everything (running and waiting) and joins the thread.
   void shutdown();
   SchedulerStats stats() const;
@@ -125,7 +170,8 @@ class Scheduler {
   bool admit(std::vector<std::shared_ptr<Job>>& running);  // false: shut down
   void start(Job& job);
   void finish(Job& job, const char* reason, const std::string& error = "");
-  void on_token(Job& job, int32_t token);
+  void on_token(Job& job, int32_t token, const float* logits);
+  void fork_followers(Job& leader);
   void remember_prompt(const Job& job);
   void clear_cache();
 

@@ -77,6 +77,36 @@ TEST(RequestParser, ReadsAChat) {
   EXPECT_EQ(r.max_tokens.value(), 4);
 }
 
+TEST(RequestParser, ReadsThinkingToolsLogprobsAndChoices) {
+  GenerationRequest r = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":4,"n":3,)"
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","b":1,"a":2}}}],)"
+      R"("tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false})");
+  EXPECT_FALSE(r.thinking);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 4);
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.tool_choice, ToolChoice::Named);
+  EXPECT_EQ(r.tool_choice_name, "f");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  // The schema keeps the client's key order ("b" before "a"), as DeepSeek's encoder writes it.
+  EXPECT_EQ(r.tools, R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","b":1,"a":2}}}])");
+  // An explicit chat_template_kwargs.thinking wins over reasoning_effort.
+  r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"high",)"
+                         R"("chat_template_kwargs":{"thinking":false}})");
+  EXPECT_FALSE(r.thinking);
+  r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"})");
+  EXPECT_TRUE(r.thinking);
+  EXPECT_EQ(r.effort, ReasoningEffort::Max);
+  r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled"}})");
+  EXPECT_TRUE(r.thinking);
+  r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_FALSE(r.thinking);  // off unless asked for
+  r = parse_completion_request(R"({"prompt":"x","logprobs":0})", 100);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 0);
+}
+
 TEST(RequestParser, RefusesEachMistakeNamingTheField) {
   EXPECT_EQ(param_of(R"({"prompt":"x","bogus":1})"), "bogus");
   EXPECT_EQ(param_of(R"({"prompt":"x","max_tokens":0})"), "max_tokens");
@@ -91,8 +121,14 @@ TEST(RequestParser, RefusesEachMistakeNamingTheField) {
   EXPECT_EQ(param_of(R"({"prompt":"x","stop":""})"), "stop");
   EXPECT_EQ(param_of(R"({"prompt":"x","stream":"yes"})"), "stream");
   EXPECT_EQ(param_of(R"({"prompt":"x","stream_options":{"include_usage":true}})"), "stream_options");
-  EXPECT_EQ(param_of(R"({"prompt":"x","n":2})"), "n");
-  EXPECT_EQ(param_of(R"({"prompt":"x","presence_penalty":0.5})"), "presence_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","n":2,"temperature":0})"), "n");  // greedy choices would be equal
+  EXPECT_EQ(param_of(R"({"prompt":"x","n":17})"), "n");
+  EXPECT_EQ(param_of(R"({"prompt":"x","logprobs":21})"), "logprobs");
+  EXPECT_EQ(param_of(R"({"prompt":"x","logprobs":true})"), "logprobs");
+  EXPECT_EQ(param_of(R"({"prompt":"x","presence_penalty":2.5})"), "presence_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","frequency_penalty":"high"})"), "frequency_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","repetition_penalty":0})"), "repetition_penalty");
+  EXPECT_EQ(param_of(R"({"prompt":"x","repetition_penalty":-1})"), "repetition_penalty");
   EXPECT_EQ(param_of(R"({"prompt":[1,4096]})"), "prompt[1]");
   EXPECT_EQ(param_of(R"({"prompt":[1,-1]})"), "prompt[1]");
   EXPECT_EQ(param_of(R"({"prompt":["a","b"]})"), "prompt");
@@ -105,7 +141,15 @@ TEST(RequestParser, RefusesEachMistakeNamingTheField) {
   EXPECT_EQ(chat_status(R"({"messages":[{"content":"x"}]})"), 400);
   EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":5}]})"), 400);
   EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x","extra":1}]})"), 400);
-  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"tools":[]})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"extreme"})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"thinking":{"type":"on"}})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"thinking":1}})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"other":1}})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":1})"), 400);
+  EXPECT_EQ(chat_status(R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})"), 400);
   EXPECT_EQ(chat_status(R"({"messages":"hi"})"), 400);
 }
 

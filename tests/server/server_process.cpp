@@ -72,7 +72,14 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
     const std::string text = read_file(log_path_);
     if (std::regex_search(text, m, listening)) {
       port_ = std::stoi(m[1]);
-      return;
+      // The socket opens before the model loads; tests start once it is ready.
+      while (std::chrono::steady_clock::now() < deadline) {
+        const int status = http_get(port_, "/health").status;
+        if (health_seen_.empty() || health_seen_.back() != status) health_seen_.push_back(status);
+        if (status == 200) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      break;
     }
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -81,7 +88,7 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  throw std::runtime_error("nibble serve did not start listening within 60 s: " + read_file(log_path_));
+  throw std::runtime_error("nibble serve was not listening and ready within 60 s: " + read_file(log_path_));
 }
 
 ServerProcess::~ServerProcess() {
@@ -150,6 +157,7 @@ int http_stream(int port, const std::string& path, const std::string& body,
   };
   auto r = c.send(req);
   if (r) status = r->status;
+  else if (getenv("NIBBLE_TEST_DEBUG")) fprintf(stderr, "http_stream: %s\n", httplib::to_string(r.error()).c_str());
   return status;
 }
 

@@ -17,7 +17,8 @@ class ServerProcess {
   // Starts NIBBLE_BINARY serve MODELS/dsv4-tiny --port 0 -t 1 `extra` (one
   // thread: the tests run beside others, and spinning workers on a shared
   // machine cost far more than they give on this tiny model); waits
-  // (bounded) for it to listen. Fails the test (throws) if it does not.
+  // (bounded) for it to listen, then polls /health until 200 (every status
+  // seen is kept in health_seen()). Fails the test (throws) if it does not.
   explicit ServerProcess(const std::vector<std::string>& extra = {});
   ~ServerProcess();
 
@@ -27,8 +28,12 @@ class ServerProcess {
   // running, then it is killed).
   int terminate(double timeout_s);
   std::string log() const;  // its stderr so far
+  // /health statuses from the first poll after the port opened until 200,
+  // repeats collapsed (e.g. {503, 200} when the poll caught the load).
+  const std::vector<int>& health_seen() const { return health_seen_; }
 
  private:
+  std::vector<int> health_seen_;
   pid_t pid_ = -1;
   int port_ = 0;
   std::string log_path_;
