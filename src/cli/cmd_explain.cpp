@@ -16,6 +16,7 @@
 #include "cli/load_flags.h"
 #include "cli/human.h"
 #include "kernels/plan.h"
+#include "model/registry.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -168,7 +169,7 @@ int run_explain(const std::vector<std::string>& argv) {
   if (measures)
     std::fprintf(stderr, "[nibble] measured %.1f GB/s in %.2f s\n", device.bandwidth_gbps,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  Plan plan = make_plan(*ck, det, device, opt);
+  Plan plan = plan_model(*ck, det, device, opt);
   const auto missing = unplanned_groups(plan);
   if (args.has("--json")) {
     nlohmann::json j = plan_json(plan);

@@ -4,21 +4,21 @@
 
 #include "device/device.h"
 #include "model/deepseek_v4.h"
+#include "model/deepseek_v4_layout.h"
 #include "util/error.h"
 
 namespace nibble {
 
 const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> registry = {
-      {"DeepseekV4ForCausalLM", load_deepseek_v4},
+      {"DeepseekV4ForCausalLM", deepseek_v4_layout, load_deepseek_v4},
   };
   return registry;
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
-  std::unique_ptr<Checkpoint> ck = Checkpoint::open(path);
-  const std::string cfg_path = ck->file_path("config.json");
-  const nlohmann::json& cfg = ck->config();
+const ModelEntry& model_entry(const Checkpoint& ck) {
+  const std::string cfg_path = ck.file_path("config.json");
+  const nlohmann::json& cfg = ck.config();
   auto arch_it = cfg.find("architectures");
   if (arch_it == cfg.end() || !arch_it->is_array() || arch_it->empty() || !(*arch_it)[0].is_string())
     fail(cfg_path, ": field \"architectures\" is missing or not a list of names");
@@ -31,11 +31,22 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     for (const auto& e : model_registry()) known += std::string(known.empty() ? "" : ", ") + e.architecture;
     fail(cfg_path, ": architecture \"", arch, "\" is not supported (nibble runs: ", known, ")");
   }
+  return *entry;
+}
 
+Plan plan_model(const Checkpoint& ck, const Detection& det, const Device& device, const PlanOptions& options) {
+  check_methods_supported(ck.path(), det);
+  const ModelEntry& entry = model_entry(ck);
+  return make_plan(ck.path(), det, entry.layout(ck, det), device, options);
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<Checkpoint> ck = Checkpoint::open(path);
+  const ModelEntry& entry = model_entry(*ck);  // before detection: an unknown model is named for its architecture
   Detection det = detect_formats(*ck);
   Device device = named_device(options.device, options.threads, options.bandwidth_gbps);
-  Plan plan = make_plan(*ck, det, device, options.plan);
-  return entry->load(std::move(ck), det, std::move(plan), options);
+  Plan plan = make_plan(ck->path(), det, entry.layout(*ck, det), device, options.plan);
+  return entry.load(std::move(ck), det, std::move(plan), options);
 }
 
 }  // namespace nibble

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "device/device.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "kernels/registry.h"
 #include "util/thread_pool.h"
 

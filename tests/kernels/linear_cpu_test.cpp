@@ -24,7 +24,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_cpu.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "rounding.h"
 #include "util/error.h"
 #include "util/thread_pool.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/moe_cpu.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "kernels/moe_routing.h"
 #include "rounding.h"
 #include "util/error.h"
