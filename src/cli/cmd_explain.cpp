@@ -30,7 +30,15 @@ const std::vector<OptionSpec> kOptions = {
     {"--batch", "N", "tokens per decode step to plan for (default 1)"},
     {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--bandwidth", "GBPS", "memory bandwidth to assume instead of measuring it (host) or the nominal one"},
+    {"--profile", "", "show the plan of a --profile run (the flag of every command that runs a model): profiling on"},
 };
+
+// --profile: the one switch that changes how the forward runs besides the
+// kernels (model/forward_profile.h), shown so that nothing is hidden.
+const char* profile_text(bool on) {
+  return on ? "on: every forward step is timed by phase; the table goes to stderr at the end"
+            : "off (--profile times every phase of the forward and prints the table on stderr)";
+}
 
 // Groups that need a kernel and have none on the device.
 std::vector<const GroupPlan*> unplanned_groups(const Plan& plan) {
@@ -84,7 +92,7 @@ nlohmann::json plan_json(const Plan& plan) {
   };
 }
 
-void print_plan(const std::string& path, const Plan& plan) {
+void print_plan(const std::string& path, const Plan& plan, bool profile) {
   const Device& d = plan.device;
   std::printf("model     %s\n          %s, %lld layers, %s parameters (+ %s in MTP)\n", path.c_str(),
               plan.architecture.empty() ? "(no architecture in config.json)" : plan.architecture.c_str(),
@@ -101,6 +109,7 @@ void print_plan(const std::string& path, const Plan& plan) {
     std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"
                 "          RoPE, window / compressed attention and indexer, MoE, head) with the kernels below\n\n",
                 plan.backend.c_str());
+  std::printf("profile   %s\n\n", profile_text(profile));
   std::printf("%-26s %-13s %8s %11s %11s  %s\n", "group", "format", "tensors", "bytes", "per token", "kernel");
   for (const auto& g : plan.groups) {
     std::string kernel = g.has_op ? (g.selection.chosen ? std::string(g.selection.chosen->name) + " (" + op_name(g.op) + ")"
@@ -174,10 +183,11 @@ int run_explain(const std::vector<std::string>& argv) {
   if (args.has("--json")) {
     nlohmann::json j = plan_json(plan);
     j["runnable"] = missing.empty();
+    j["profile"] = args.has("--profile");
     if (!missing.empty()) j["bound_tokens_per_s"] = nullptr;
     std::cout << j.dump(2) << "\n";
   } else {
-    print_plan(ck->path(), plan);
+    print_plan(ck->path(), plan, args.has("--profile"));
   }
   if (!missing.empty()) {
     std::fprintf(stderr, "nibble explain: error: %zu tensor group(s) have no kernel on %s (first: %s); "
