@@ -36,8 +36,16 @@ const ModelEntry& model_entry(const Checkpoint& ck) {
 
 Plan plan_model(const Checkpoint& ck, const Detection& det, const Device& device, const PlanOptions& options) {
   check_methods_supported(ck.path(), det);
-  const ModelEntry& entry = model_entry(ck);
-  return make_plan(ck.path(), det, entry.layout(ck, det), device, options);
+  const ModelEntry* entry = nullptr;
+  const nlohmann::json& cfg = ck.config();
+  if (auto a = cfg.find("architectures"); a != cfg.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
+    for (const auto& e : model_registry())
+      if ((*a)[0].get<std::string>() == e.architecture) entry = &e;
+  // A checkpoint of an architecture nibble does not run is still planned
+  // (explain shows what its kernels would be), grouped by the DeepSeek / HF
+  // tensor naming: what the planner did for every checkpoint before layouts.
+  const ModelLayout layout = entry ? entry->layout(ck, det) : deepseek_v4_layout(ck, det);
+  return make_plan(ck.path(), det, layout, device, options);
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {

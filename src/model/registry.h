@@ -38,9 +38,10 @@ const std::vector<ModelEntry>& model_registry();
 // nibble does not run.
 const ModelEntry& model_entry(const Checkpoint& ck);
 
-// The plan for `ck` on `device`: its architecture's layout, planned. A
-// quantization method nibble cannot run is reported before the
-// architecture is looked at.
+// The plan for `ck` on `device`: its architecture's layout, planned; a
+// checkpoint of an architecture nibble does not run (or of none) is planned
+// with the DeepSeek / HF grouping, so that explain can show its kernels. A
+// quantization method nibble cannot run is reported first.
 Plan plan_model(const Checkpoint& ck, const Detection& det, const Device& device, const PlanOptions& options);
 
 // Opens `path` (a model folder) and returns the bound model. Throws

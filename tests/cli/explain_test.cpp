@@ -256,6 +256,21 @@ TEST(Explain, PlansForNamedDevices) {
   }
 }
 
+// A checkpoint of an architecture nibble does not run is still planned (its
+// kernels shown), with the same groups as the architecture nibble runs.
+TEST(Explain, PlansAnArchitectureNibbleDoesNotRun) {
+  TempDir dir;
+  std::filesystem::copy(kFixtures + "dsv4_stock", dir.str(), std::filesystem::copy_options::recursive);
+  json cfg = json::parse(std::ifstream(dir.str("config.json")));
+  cfg["architectures"] = {"DeepseekV3ForCausalLM"};
+  std::ofstream(dir.str("config.json")) << cfg.dump();
+  json plan = explain_json(dir.str());
+  json stock = explain_json(kFixtures + "dsv4_stock");
+  EXPECT_EQ(plan["model"]["architecture"], "DeepseekV3ForCausalLM");
+  EXPECT_EQ(plan["groups"], stock["groups"]);
+  EXPECT_EQ(plan["bytes_per_token"], stock["bytes_per_token"]);
+}
+
 // --profile (the flag every command that runs a model takes) is shown, and
 // changes nothing that is planned.
 TEST(Explain, ShowsTheProfileFlag) {
