@@ -20,7 +20,7 @@
 
 #include "device/cuda_device.h"
 #include "format/element.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "kernels/cuda/moe_w4a16.h"
 #include "kernels/cuda/w4a16_repack.h"
 #include "util/error.h"

@@ -8,7 +8,7 @@
 // model would run), or the registry kernel --backend names (e.g. the opt-in
 // cpu_avx512_int8), or the default kernel of the ISA --isa names, or, with
 // --backend read, a stand-in that reads the weights the same way and
-// computes nothing (kernels/cpu/read_only.h): what plain reading gets
+// computes nothing (kernels/bench_kernel.h): what plain reading gets
 // through the op's structure.
 //
 // Every result carries the weight bytes the op must read, the median / min /
@@ -46,12 +46,9 @@
 #include "cli/load_flags.h"
 #include "cli/usage_error.h"
 #include "device/device.h"
-#include "kernels/cpu/cpu_isa.h"
-#include "kernels/cpu/linear_cpu.h"
-#include "kernels/cpu/moe_cpu.h"
-#include "kernels/cpu/random_weights.h"
-#include "kernels/cpu/read_only.h"
+#include "kernels/bench_kernel.h"
 #include "kernels/moe_routing.h"
+#include "kernels/random_weights.h"
 #include "kernels/registry.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -283,15 +280,6 @@ Timing time_paired(int64_t warmup, int64_t iters, ReadProbe& probe, Call call, B
   return summarize(ms);
 }
 
-// The kernel a run measures (see the top of the file).
-struct Backend {
-  std::string name;  // registry name: "cpu_avx512", "cpu_avx512_int8", ...
-  CpuIsa isa = CpuIsa::ref;
-  Fp4Acts acts = Fp4Acts::f32;
-  LinearFn linear = nullptr;
-  MoeFn moe = nullptr;
-};
-
 // --cpu-clock: only meaningful when the calling thread does all the work.
 bool cpu_clock_flag(const ParsedArgs& args, const ThreadPool& pool) {
   if (!args.has("--cpu-clock")) return false;
@@ -299,22 +287,18 @@ bool cpu_clock_flag(const ParsedArgs& args, const ThreadPool& pool) {
   return true;
 }
 
-Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int threads) {
+// The kernel a run measures (see the top of the file).
+BenchKernel resolve_backend(const ParsedArgs& args, const OpShape& shape, int threads) {
   std::string want = args.str("--backend", "auto");
   if (want == "read") {
-    // Not a registry kernel: the read-only stand-ins (kernels/cpu/read_only.h).
+    // Not a registry kernel: the read-only stand-ins.
     if (args.has("--isa")) usage_fail("flags --isa and --backend: give one of them");
-    Backend b;
-    b.name = "read";
-    b.isa = best_cpu_isa(host_cpu_features());
-    b.linear = linear_read_only;
-    b.moe = moe_read_only;
-    return b;
+    return read_only_bench_kernel();
   }
   if (args.has("--isa") && args.str("--isa") != "auto") {
     if (args.has("--backend") && want != "auto") usage_fail("flags --isa and --backend: give one of them");
     try {
-      want = std::string("cpu_") + cpu_isa_name(parse_cpu_isa(args.str("--isa")));
+      want = isa_kernel_name(args.str("--isa"));
     } catch (const Error& e) {
       usage_fail(e.what());  // a name that is not an ISA: the flag's value is wrong
     }
@@ -326,18 +310,7 @@ Backend resolve_backend(const ParsedArgs& args, const OpShape& shape, int thread
   const Device host = named_device("host", threads, bandwidth_flag(args) > 0 ? bandwidth_flag(args) : 10.0);
   const Selection sel = select_kernel(kernel_registry(), shape, host, want, "--backend");
   if (!sel.chosen) fail("flag --backend: no kernel can run ", format_name(shape.format), " ", op_name(shape.op), " here");
-  Backend b;
-  b.name = sel.chosen->name;
-  b.linear = sel.chosen->linear;
-  b.moe = sel.chosen->moe;
-  // Which ISA / FP4 mode that is, for the output.
-  for (CpuIsa isa : {CpuIsa::ref, CpuIsa::avx2, CpuIsa::avx512})
-    for (Fp4Acts acts : {Fp4Acts::f32, Fp4Acts::int8})
-      if ((b.linear && b.linear == linear_for_isa(isa, acts)) || (b.moe && b.moe == moe_for_isa(isa, acts))) {
-        b.isa = isa;
-        b.acts = acts;
-      }
-  return b;
+  return bench_kernel(*sel.chosen);
 }
 
 struct Result {
@@ -460,9 +433,9 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   shape.batch = *std::max_element(batches.begin(), batches.end());
   shape.bytes = bytes;
   shape.flops = 2.0 * double(rows) * double(cols) * double(shape.batch);
-  const Backend backend = resolve_backend(args, shape, resident ? 1 : pool.size());
+  const BenchKernel backend = resolve_backend(args, shape, resident ? 1 : pool.size());
   const LinearFn fn = backend.linear;
-  const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
+  const int64_t iters = args.integer("--iters", backend.reference ? 3 : 20, 1, 100000);
   const size_t copies = resident ? 1 : std::max<size_t>(2, size_t(double(dram_working_set()) / bytes) + 1);
   ThreadPool* p = resident ? nullptr : &pool;
   ReadProbe probe(p, bandwidth_flag(args), int64_t(copies), parse_probe_memory(args));
@@ -494,7 +467,7 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
     Result r;
     r.op = "linear";
     r.format = format_name(format);
-    r.isa = cpu_isa_name(backend.isa);
+    r.isa = backend.isa;
     r.backend = backend.name;
     r.threads = resident ? 1 : pool.size();
     r.batch = batch;
@@ -554,12 +527,12 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   one.fp8_scale = fp8;
   shape.bytes = 3.0 * double(one.bytes()) * double(K + 1);
   shape.flops = 2.0 * 3.0 * double(I * D) * double(K + 1) * double(shape.batch);
-  const Backend backend = resolve_backend(args, shape, pool.size());
+  const BenchKernel backend = resolve_backend(args, shape, pool.size());
   const MoeFn fn = backend.moe;
   if (backend.name == "read" && routing == "router")
     usage_fail("flags --backend read and --routing router: the read-only layer has no router scores to route by (use random or shared)");
   const bool cpu_clock = cpu_clock_flag(args, pool);
-  const int64_t iters = args.integer("--iters", backend.isa == CpuIsa::ref ? 3 : 20, 1, 100000);
+  const int64_t iters = args.integer("--iters", backend.reference ? 3 : 20, 1, 100000);
   MoeLayer l;
   MoeWeights& w = l.w;
   w.hidden = D;
@@ -668,7 +641,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
     Result r;
     r.op = "moe";
     r.format = format_name(format);
-    r.isa = cpu_isa_name(backend.isa);
+    r.isa = backend.isa;
     r.backend = backend.name;
     r.threads = pool.size();
     r.batch = batch;

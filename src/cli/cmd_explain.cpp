@@ -19,6 +19,7 @@
 #include "device/cuda_device.h"
 #include "kernels/plan.h"
 #include "nibble/engine.h"
+#include "runtime/plan_checkpoint.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -44,7 +45,15 @@ const std::vector<OptionSpec> kOptions = {
     {"--batch", "N", "tokens per decode step to plan for (default 1)"},
     {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--bandwidth", "GBPS", "memory bandwidth to assume instead of measuring it (host) or the nominal one"},
+    {"--profile", "", "show the plan of a --profile run (the flag of every command that runs a model): profiling on"},
 };
+
+// --profile: the one switch that changes how the forward runs besides the
+// kernels (model/forward_profile.h), shown so that nothing is hidden.
+const char* profile_text(bool on) {
+  return on ? "on: every forward step is timed by phase; the table goes to stderr at the end"
+            : "off (--profile times every phase of the forward and prints the table on stderr)";
+}
 
 // Groups that need a kernel and have none on the device.
 std::vector<const GroupPlan*> unplanned_groups(const Plan& plan) {
@@ -100,7 +109,7 @@ nlohmann::json plan_json(const Plan& plan) {
   };
 }
 
-void print_plan(const std::string& path, const Plan& plan, bool arch_runs) {
+void print_plan(const std::string& path, const Plan& plan, bool arch_runs, bool profile) {
   const Device& d = plan.device;
   std::printf("model     %s\n          %s, %lld layers, %s parameters (+ %s in MTP)\n", path.c_str(),
               plan.architecture.empty() ? "(no architecture in config.json)" : plan.architecture.c_str(),
@@ -122,6 +131,7 @@ void print_plan(const std::string& path, const Plan& plan, bool arch_runs) {
     std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"
                 "          RoPE, window / compressed attention and indexer, MoE, head) with the kernels below\n\n",
                 plan.backend.c_str());
+  std::printf("profile   %s\n\n", profile_text(profile));
   std::printf("%-26s %-13s %8s %11s %11s  %s\n", "group", "format", "tensors", "bytes", "per token", "kernel");
   for (const auto& g : plan.groups) {
     std::string kernel = g.has_op ? (g.selection.chosen ? std::string(g.selection.chosen->name) + " (" + op_name(g.op) + ")"
@@ -195,7 +205,7 @@ int run_explain(const std::vector<std::string>& argv) {
   if (measures)
     std::fprintf(stderr, "[nibble] measured %.1f GB/s in %.2f s\n", device.bandwidth_gbps,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  Plan plan = make_plan(*ck, det, device, opt);
+  Plan plan = plan_checkpoint(*ck, det, device, opt);
   // The kernels of any checkpoint can be planned; a forward exists only for
   // the architectures the Engine runs.
   const std::vector<std::string> runs = runnable_architectures();
@@ -205,10 +215,11 @@ int run_explain(const std::vector<std::string>& argv) {
   if (args.has("--json")) {
     nlohmann::json j = plan_json(plan);
     j["runnable"] = missing.empty() && arch_runs;
+    j["profile"] = args.has("--profile");
     if (!missing.empty() || !arch_runs) j["bound_tokens_per_s"] = nullptr;
     std::cout << j.dump(2) << "\n";
   } else {
-    print_plan(ck->path(), plan, arch_runs);
+    print_plan(ck->path(), plan, arch_runs, args.has("--profile"));
   }
   if (!arch_runs) {
     std::fprintf(stderr, "nibble explain: error: architecture \"%s\" is not supported yet: nibble plans its kernels "

@@ -55,7 +55,7 @@ void remove_stale(const std::string& parent, const std::string& prefix) {
 
 // renameat2(RENAME_EXCHANGE) swaps two paths atomically (Linux >= 3.15;
 // most local file systems). Returns false where it is not supported.
-bool exchange(const std::string& a, const std::string& b) {
+bool exchange_paths(const std::string& a, const std::string& b) {
 #ifdef RENAME_EXCHANGE
   if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
   if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
@@ -131,7 +131,7 @@ void OutputStaging::commit() {
       fail("cannot rename ", tmp_, " to ", dst_, ": ", std::strerror(errno));
   } else {
     if (!force_) fail("DST ", dst_, " became non-empty during the conversion; it was left as it is");
-    if (exchange(tmp_, dst_)) {
+    if (exchange_paths(tmp_, dst_)) {  // not `exchange`: std::exchange would win by ADL on std::string
       // tmp_ now holds the old DST.
       committed_ = true;
       remove_tree_quietly(tmp_);

@@ -3,18 +3,54 @@
 // alternative, and the weight bytes decoding one token reads. It is the
 // single answer to "which format, which kernel, and why"; `nibble explain`
 // prints it and the model binds its kernels from it.
+//
+// The planner knows formats, ops and kernels, not tensor names or config
+// fields: the model's architecture says which group each tensor belongs to
+// and how decoding uses it (a ModelLayout, model/registry.h), and the
+// planner turns that into kernels and bytes.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "device/device.h"
 #include "kernels/registry.h"
 
 namespace nibble {
+
+// How decoding one token reads a group's tensors.
+enum class DecodeRead {
+  all,           // every byte (dense linears, norms, hyper-connections)
+  top_k_experts, // experts_per_token of routed_experts experts (the MoE op)
+  one_row,       // one row of each tensor (embedding, hash-routing table); no matrix op
+  none,          // nothing: loaded and validated, not run (an MTP layer)
+};
+
+// What the architecture says about one tensor.
+struct TensorGroup {
+  std::string name;                    // "routed_experts", "attention", ...
+  DecodeRead read = DecodeRead::all;
+  bool routed = false;                 // experts of a MoE layer: run by the moe op
+  bool counted_apart = false;          // in Plan::mtp_params, not Plan::params
+  std::string note;                    // how the model uses the group, where it has no kernel to say so
+};
+
+// What the model's architecture tells the planner about a checkpoint. The
+// tensors of one (group, format) must agree on read, routed and note.
+struct ModelLayout {
+  std::string architecture;            // "DeepseekV4ForCausalLM"
+  int64_t layers = 0;
+  int64_t routed_experts = 0;          // experts per MoE layer (0: none)
+  int64_t experts_per_token = 0;       // top-k
+  std::vector<TensorGroup> tensors;    // one per Detection::tensors entry, same order
+  // Index words of the tensor names, with the letter that stands for any
+  // index in folded provenance and warnings: {"layers.", "N"} turns
+  // "layers.12.ffn" into "layers.N.ffn", so one line stands for every layer.
+  std::vector<std::pair<std::string, std::string>> index_words;
+};
 
 struct PlanOptions {
   std::string moe_backend = "auto";     // --moe-backend NAME|auto
@@ -37,10 +73,10 @@ struct GroupPlan {
 };
 
 struct Plan {
-  std::string architecture;     // config.json architectures[0]
+  std::string architecture;     // ModelLayout::architecture
   uint64_t params = 0;          // logical elements of the main model, scales excluded
   uint64_t mtp_params = 0;      // of the multi-token-prediction layer(s), counted apart
-  int64_t layers = 0;           // num_hidden_layers
+  int64_t layers = 0;           // ModelLayout::layers
   Device device;
   // The backend that runs every op of the forward on `device` (model/backend.h):
   // "cpu" for CPU devices; "" where nibble has none yet (CUDA devices).
@@ -52,14 +88,15 @@ struct Plan {
   std::vector<std::string> warnings;
 };
 
-// The group a tensor belongs to, from its name (DeepSeek official and HF
-// naming): "routed_experts", "mtp_routed_experts", "attention", ...
-std::string tensor_group(const std::string& name);
+// Throws nibble::Error naming `path` when detection found a quantization
+// method nibble cannot run (checked before anything reads the architecture,
+// so that such a checkpoint is named for its method).
+void check_methods_supported(const std::string& path, const Detection& det);
 
-// Throws nibble::Error when the checkpoint uses a method nibble cannot run,
-// when config.json contradicts the tensors, or when a forced backend cannot
-// run its op.
-Plan make_plan(const Checkpoint& ck, const Detection& det, const Device& device,
+// Throws nibble::Error for an unsupported method (check_methods_supported),
+// a layout that does not match the detection, or a forced backend that
+// cannot run its op.
+Plan make_plan(const std::string& path, const Detection& det, const ModelLayout& layout, const Device& device,
                const PlanOptions& options);
 
 }  // namespace nibble

@@ -8,6 +8,7 @@
 #include "format/element.h"
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
+#include "model/deepseek_v4_layout.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -76,7 +77,7 @@ class Binder {
   // the plan has no matrix op for, like the f32 hc projections) a selection
   // made the same way.
   LinearFn linear_kernel(const DetectedTensor& t) const {
-    const std::string group = tensor_group(t.name);
+    const std::string group = deepseek_v4_tensor_group(t.name, t.format).name;
     for (const auto& g : plan_.groups) {
       if (g.group != group || g.format != t.format || !g.has_op) continue;
       if (g.op != Op::linear) break;
@@ -102,7 +103,7 @@ class Binder {
   }
 
   MoeFn moe_kernel(const DetectedTensor& expert_w1) const {
-    const std::string group = tensor_group(expert_w1.name);
+    const std::string group = deepseek_v4_tensor_group(expert_w1.name, expert_w1.format).name;
     for (const auto& g : plan_.groups) {
       if (g.group != group || g.format != expert_w1.format || !g.has_op || g.op != Op::moe) continue;
       if (!g.selection.chosen || !g.selection.chosen->moe) break;

@@ -1,57 +1,27 @@
-// Helpers for the CLI tests: run the nibble binary, and write small raw
-// safetensors files (including deliberately broken ones) into temp folders.
+// Helpers for the CLI tests: write small raw safetensors files (including
+// deliberately broken ones) into temp folders; running the binary and the
+// folders themselves come from tests/support.
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "support/run_nibble.h"
+#include "support/temp_dir.h"
+
 namespace nibble::testing {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-// Runs NIBBLE_BINARY with `args` (each shell-quoted).
-RunResult run_nibble(const std::vector<std::string>& args);
-
-// The same with `input` on stdin, and stdout sent to `stdout_path` instead
-// of being captured when that is not empty (e.g. "/dev/full").
-RunResult run_nibble(const std::vector<std::string>& args, const std::string& input,
-                     const std::string& stdout_path = "");
-
-// Starts nibble with pipes, writes `first_input` to its stdin, waits until
-// its stdout holds `wait_for` (any byte if empty; at most `timeout_s`), sends SIGINT, writes
-// `then_input`, closes stdin and collects the rest. `interrupted` is set
-// when the SIGINT was sent (wait_for appeared in time).
-struct InterruptRun {
-  RunResult result;
-  bool interrupted = false;
-  std::string out_at_interrupt;  // stdout when the SIGINT was sent
-};
-// With `after_s` >= 0 it does not wait for output: the SIGINT goes
-// `after_s` seconds after the start.
-InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const std::string& first_input,
-                                    const std::string& wait_for, const std::string& then_input,
-                                    double timeout_s = 120, double after_s = -1);
+// Temp folders and running the binary: tests/support, shared with the
+// other test folders.
+using test::InterruptRun;
+using test::RunResult;
+using test::run_nibble;
+using test::run_nibble_interrupted;
+using test::TempDir;
 
 // The shipped model and the test fixtures of the repository.
 std::string source_path(const std::string& relative);
-
-// A fresh empty folder under the system temp dir, removed by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::filesystem::path& path() const { return path_; }
-  std::string str(const std::string& child = "") const;
-
- private:
-  std::filesystem::path path_;
-};
 
 struct RawTensor {
   std::string name;

@@ -316,6 +316,40 @@ TEST(Explain, CudaDeviceWithoutOneIsAClearError) {
   EXPECT_TRUE(contains(bad.err, "cuda:N")) << bad.err;
 }
 
+// A checkpoint of an architecture nibble does not run is still planned (its
+// kernels shown), with the same groups as the architecture nibble runs.
+TEST(Explain, PlansAnArchitectureNibbleDoesNotRun) {
+  TempDir dir;
+  std::filesystem::copy(kFixtures + "dsv4_stock", dir.str(), std::filesystem::copy_options::recursive);
+  json cfg = json::parse(std::ifstream(dir.str("config.json")));
+  cfg["architectures"] = {"DeepseekV3ForCausalLM"};
+  std::ofstream(dir.str("config.json")) << cfg.dump();
+  json plan = explain_json(dir.str());
+  json stock = explain_json(kFixtures + "dsv4_stock");
+  EXPECT_EQ(plan["model"]["architecture"], "DeepseekV3ForCausalLM");
+  EXPECT_EQ(plan["groups"], stock["groups"]);
+  EXPECT_EQ(plan["bytes_per_token"], stock["bytes_per_token"]);
+}
+
+// --profile (the flag every command that runs a model takes) is shown, and
+// changes nothing that is planned.
+TEST(Explain, ShowsTheProfileFlag) {
+  json off = explain_json(kFixtures + "dsv4_stock");
+  json on = explain_json(kFixtures + "dsv4_stock", {"--profile"});
+  EXPECT_EQ(off["profile"], false);
+  EXPECT_EQ(on["profile"], true);
+  EXPECT_EQ(on["groups"], off["groups"]);
+  EXPECT_EQ(on["bytes_per_token"], off["bytes_per_token"]);
+  RunResult text_off = run_nibble({"explain", kFixtures + "dsv4_stock", "--bandwidth", "100"});
+  RunResult text_on = run_nibble({"explain", kFixtures + "dsv4_stock", "--bandwidth", "100", "--profile"});
+  ASSERT_EQ(text_off.exit_code, 0) << text_off.err;
+  ASSERT_EQ(text_on.exit_code, 0) << text_on.err;
+  EXPECT_TRUE(contains(text_off.out, "\nprofile   off (--profile ")) << text_off.out;
+  EXPECT_TRUE(contains(text_on.out, "\nprofile   on: every forward step is timed by phase")) << text_on.out;
+  RunResult help = run_nibble({"explain", "--help"});
+  EXPECT_TRUE(contains(help.out, "--profile")) << help.out;
+}
+
 TEST(Explain, TextFormShowsTheSameChoices) {
   RunResult r = run_nibble({"explain", kFixtures + "dsv4_nvfp4_current", "--bandwidth", "100"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -160,12 +160,7 @@ std::vector<float> read_f32(const std::string& path) {
   return v;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_file;  // tests/support
 
 // The routed-experts kernels this machine can run on the shipped model,
 // from `nibble explain --json` (no names hard-coded): the planner's choice

@@ -177,8 +177,8 @@ TEST(ConvertSafety, AWriteFailureLikeAFullDiskLeavesNothing) {
   // A file size limit makes write() fail with EFBIG part-way through a shard,
   // the way a full disk fails with ENOSPC.
   TempDir dir;
-  RunResult r = run_nibble({"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4"},
-                           "ulimit -f 64;");  // 64 blocks of 512 bytes: 32 kB
+  RunResult r = run_nibble_in_shell("ulimit -f 64;",  // 64 blocks of 512 bytes: 32 kB
+                                    {"convert", fixture("checkpoints/dsv4_stock"), dir.str("out"), "--to", "nvfp4"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(has(r.err, "write failed")) << r.err;
   EXPECT_TRUE(has(r.err, "nothing was written")) << r.err;

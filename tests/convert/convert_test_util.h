@@ -1,7 +1,6 @@
-// Helpers for the convert tests: temporary folders, running the nibble
-// binary (NIBBLE_BINARY) as a user would, reading whole files and folders,
-// and raw access to the tensors of an output folder through the Checkpoint
-// reader.
+// Helpers for the convert tests: reading whole folders, and raw access to
+// the tensors of an output folder through the Checkpoint reader (temporary
+// folders and running the binary come from tests/support).
 #pragma once
 
 #include <cstdint>
@@ -13,36 +12,23 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "support/run_nibble.h"
+#include "support/temp_dir.h"
 
 namespace nibble::convert_test {
 
 // NIBBLE_SOURCE_DIR/tests/fixtures/<rel>
 std::string fixture(const std::string& rel);
 
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str(const std::string& child = "") const;
-  const std::filesystem::path& path() const { return path_; }
+// Temp folders, running the binary and whole-file reads: tests/support,
+// shared with the other test folders.
+using test::read_file;
+using test::RunResult;
+using test::run_nibble;
+using test::run_nibble_in_shell;
+using test::TempDir;
+using test::write_file;
 
- private:
-  std::filesystem::path path_;
-};
-
-struct RunResult {
-  int exit_code = -1;  // 128 + N when killed by signal N
-  std::string out, err;
-};
-
-// Runs `prefix NIBBLE_BINARY args...` through /bin/sh; `prefix` is shell
-// text such as "ulimit -f 64;" (empty for none).
-RunResult run_nibble(const std::vector<std::string>& args, const std::string& prefix = "");
-
-std::string read_file(const std::string& path);
-void write_file(const std::string& path, const std::string& bytes);
 nlohmann::json read_json(const std::string& path);
 
 // Every regular file under `dir` (relative path -> bytes), hidden ones included.

@@ -13,7 +13,7 @@
 #include <random>
 
 #include "format/element.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "kernels/cuda/moe_w4a16.h"
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_repack.h"

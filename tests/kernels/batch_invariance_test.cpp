@@ -25,8 +25,9 @@
 #include <vector>
 
 #include "device/device.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "kernels/registry.h"
+#include "support/random_moe_layer.h"
 #include "util/thread_pool.h"
 
 namespace nibble {
@@ -151,43 +152,14 @@ INSTANTIATE_TEST_SUITE_P(Kernel, LinearBatchInvariance, ::testing::ValuesIn(kern
 
 // ---- MoE ----------------------------------------------------------------------
 
-struct MoeLayer {
-  std::vector<OwnedWeights> owned;
-  OwnedWeights gate;
-  std::vector<float> bias;
-  std::vector<int32_t> tid2eid;
-  MoeWeights w;
-};
+using MoeLayer = test::RandomMoeLayer;
 
 // E experts of `expert_fmt` (top-K), a shared expert of `shared_fmt`; with
 // `hash`, routing by a random tid2eid table over kTokens token ids whose
 // rows may name an expert twice.
 MoeLayer moe_layer(Format expert_fmt, Format shared_fmt, int64_t D, int64_t I, int64_t E, int64_t K, bool hash,
                    uint64_t seed) {
-  MoeLayer l;
-  l.w.hidden = D;
-  l.w.inter = I;
-  l.w.n_experts = E;
-  l.w.top_k = K;
-  l.w.scoring = ScoringFunc::sqrtsoftplus;
-  l.w.routed_scaling = 1.5f;
-  l.w.swiglu_limit = 0.8f;
-  l.gate = random_weights(Format::bf16, E, D, seed);
-  l.w.gate = l.gate.view;
-  l.bias.resize(size_t(E));
-  random_normal(l.bias.data(), E, seed + 1, 0.05f);
-  l.w.bias = l.bias.data();
-  l.owned.reserve(size_t(3 * (E + 1)));
-  auto expert = [&](Format f, uint64_t s) {
-    l.owned.push_back(random_weights(f, I, D, s));
-    l.owned.push_back(random_weights(f, I, D, s + 1));
-    l.owned.push_back(random_weights(f, D, I, s + 2));
-    const size_t n = l.owned.size();
-    return ExpertWeights{l.owned[n - 3].view, l.owned[n - 2].view, l.owned[n - 1].view};
-  };
-  for (int64_t e = 0; e < E; ++e) l.w.experts.push_back(expert(expert_fmt, seed + 10 + 3 * uint64_t(e)));
-  l.w.has_shared = true;
-  l.w.shared = expert(shared_fmt, seed + 5);
+  MoeLayer l = test::random_moe_layer(expert_fmt, shared_fmt, D, I, E, K, seed);
   if (hash) {
     // Each token id's K experts from a permutation of E, with the last one
     // sometimes repeating the first (a token twice in one expert's group).

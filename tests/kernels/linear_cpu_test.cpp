@@ -24,7 +24,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_cpu.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "rounding.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -58,14 +58,7 @@ std::string describe(const Case& c, int64_t n, const Variant& v) {
 
 bool isa_available(CpuIsa isa) { return cpu_isa_unsupported(isa, host_cpu_features()).empty(); }
 
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::rel_l2;  // rounding.h
 
 // Dequantized weights, row-major [rows, cols], f64.
 std::vector<double> dequantized(const WeightView& w) {

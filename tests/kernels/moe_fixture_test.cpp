@@ -27,6 +27,7 @@
 #include "kernels/moe_routing.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+#include "rounding.h"
 
 namespace nibble {
 namespace {
@@ -129,14 +130,7 @@ struct Fixture {
   std::vector<int32_t> token_ids, indices;
 };
 
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::rel_l2;  // rounding.h
 
 const char* const kCases[] = {"mxfp4_topk_clamp", "nvfp4_hash_i64", "ties_nth_element",
                               "ties_partial_sort", "bf16_hash_i32"};

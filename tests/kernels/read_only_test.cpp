@@ -10,7 +10,7 @@
 #include "format/block.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_cpu.h"
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "kernels/cpu/read_only.h"
 #include "kernels/moe_routing.h"
 #include "util/thread_pool.h"

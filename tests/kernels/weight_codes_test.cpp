@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 #include "kernels/weights.h"
 #include "util/error.h"
 

@@ -1,4 +1,4 @@
-#include "kernels/cpu/random_weights.h"
+#include "kernels/random_weights.h"
 
 #include <cmath>
 #include <cstring>
