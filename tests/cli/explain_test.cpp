@@ -324,11 +324,18 @@ TEST(Explain, PlansAnArchitectureNibbleDoesNotRun) {
   json cfg = json::parse(std::ifstream(dir.str("config.json")));
   cfg["architectures"] = {"DeepseekV3ForCausalLM"};
   std::ofstream(dir.str("config.json")) << cfg.dump();
-  json plan = explain_json(dir.str());
+  // The plan is printed, and explain exits 1 saying the architecture has no
+  // forward (it has no tokens/s bound).
+  RunResult r = run_nibble({"explain", dir.str(), "--json", "--bandwidth", "100"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "architecture \"DeepseekV3ForCausalLM\" is not supported yet")) << r.err;
+  json plan = json::parse(r.out);
   json stock = explain_json(kFixtures + "dsv4_stock");
   EXPECT_EQ(plan["model"]["architecture"], "DeepseekV3ForCausalLM");
   EXPECT_EQ(plan["groups"], stock["groups"]);
   EXPECT_EQ(plan["bytes_per_token"], stock["bytes_per_token"]);
+  EXPECT_EQ(plan["runnable"], false);
+  EXPECT_TRUE(plan["bound_tokens_per_s"].is_null());
 }
 
 // --profile (the flag every command that runs a model takes) is shown, and
