@@ -461,10 +461,16 @@ Detection detect_formats(const Checkpoint& ck) {
       det.warnings.push_back(base + ": config.json says quant_method " + meta.quant_method +
                              " but the tensors are compressed-tensors int4 (" + evidence + "); using int4");
     if (!meta.ct_desc.empty()) {
-      if (d.cols / d.parts[1]->shape[1] != meta.ct_group)
-        fail(t->file, ": tensor ", base, ".weight_scale has groups of ", d.cols / d.parts[1]->shape[1],
-             " but ", meta.ct_desc, " says group_size ", meta.ct_group);
-      d.provenance = meta.ct_desc + "; tensors agree: " + evidence;
+      // As for every format: the tensors win over metadata that contradicts them.
+      const int64_t group = d.cols / d.parts[1]->shape[1];
+      if (group != meta.ct_group) {
+        det.warnings.push_back(base + ": metadata says group_size " + std::to_string(meta.ct_group) + " (" +
+                               meta.ct_desc + ") but the tensors have groups of " + std::to_string(group) +
+                               " (" + evidence + "); using " + std::to_string(group));
+        d.provenance = "tensors: " + evidence + " (overrides " + meta.ct_desc + ")";
+      } else {
+        d.provenance = meta.ct_desc + "; tensors agree: " + evidence;
+      }
     } else {
       d.provenance = "tensors: " + evidence;
     }

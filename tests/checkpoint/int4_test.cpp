@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "format/int4.h"
 #include "kernels/linear.h"
 #include "kernels/weights.h"
+#include "support/temp_dir.h"
 
 namespace nibble {
 namespace {
@@ -91,6 +93,26 @@ TEST(Int4, ContradictingShapesAndNanScalesAreRefusedNamingTheTensor) {
     EXPECT_NE(std::string(e.what()).find("a.weight_shape says [37, 100] but a.weight_packed [37, 12] holds [37, 96]"),
               std::string::npos)
         << e.what();
+  }
+  // Metadata that contradicts the tensors' group size loses to them, with a
+  // warning naming both (as for every format).
+  {
+    test::TempDir dir;
+    std::filesystem::copy(kDir + "ckpt", dir.str(), std::filesystem::copy_options::recursive);
+    std::string cfg = test::read_file(dir.str("config.json"));
+    const size_t at = cfg.find("\"group_size\": 32");
+    ASSERT_NE(at, std::string::npos);
+    cfg.replace(at, std::string("\"group_size\": 32").size(), "\"group_size\": 64");
+    test::write_file(dir.str("config.json"), cfg);
+    auto edited = Checkpoint::open(dir.str());
+    const Detection det = detect_formats(*edited);
+    EXPECT_EQ(find(det, "a").format, Format::int4);
+    EXPECT_EQ(weight_view(find(det, "a")).group, 32);
+    EXPECT_NE(find(det, "a").provenance.find("(overrides config.json quantization_config"), std::string::npos)
+        << find(det, "a").provenance;
+    ASSERT_FALSE(det.warnings.empty());
+    EXPECT_NE(det.warnings[0].find("metadata says group_size 64"), std::string::npos) << det.warnings[0];
+    EXPECT_NE(det.warnings[0].find("the tensors have groups of 32"), std::string::npos) << det.warnings[0];
   }
   // A NaN and an infinite BF16 scale in a copy of "a"'s scales.
   auto ck = Checkpoint::open(kDir + "ckpt");
