@@ -14,7 +14,7 @@ namespace nibble {
 namespace {
 
 using test::expect_error;
-using test::TempDir;
+using test::ScratchDir;
 
 // A shard holding U8 [4] tensors with the given names, back to back; tensor
 // i's bytes are all equal to `fill + i`.
@@ -42,7 +42,7 @@ std::string index_json(const std::vector<std::pair<std::string, std::string>>& e
 
 // Two shards, four tensors, a consistent index and configs.
 struct GoodFolder {
-  TempDir dir;
+  ScratchDir dir;
   GoodFolder() {
     write_shard(dir.file("model-00001-of-00002.safetensors"), {"a.weight", "b.weight"}, 'a');
     write_shard(dir.file("model-00002-of-00002.safetensors"), {"c.weight", "d.weight"}, 'c');
@@ -78,7 +78,7 @@ TEST(Checkpoint, OpensShardedFolder) {
 }
 
 TEST(Checkpoint, OpensSingleFileAndPlainFolder) {
-  TempDir dir;
+  ScratchDir dir;
   write_shard(dir.file("model.safetensors"), {"x", "y"});
   auto file = Checkpoint::open(dir.file("model.safetensors"));
   EXPECT_FALSE(file->is_folder());
@@ -93,7 +93,7 @@ TEST(Checkpoint, OpensSingleFileAndPlainFolder) {
 }
 
 TEST(Checkpoint, FolderWithoutIndexTakesEverySafetensorsFile) {
-  TempDir dir;
+  ScratchDir dir;
   write_shard(dir.file("b.safetensors"), {"t2"});
   write_shard(dir.file("a.safetensors"), {"t1"});
   test::write_bytes(dir.file("notes.txt"), "not a shard");
@@ -108,7 +108,7 @@ TEST(Checkpoint, MissingPath) {
 }
 
 TEST(Checkpoint, EmptyFolder) {
-  TempDir dir;
+  ScratchDir dir;
   expect_error([&] { Checkpoint::open(dir.path()); }, {dir.path(), "no .safetensors files"});
 }
 
@@ -127,7 +127,7 @@ TEST(Checkpoint, TensorInTwoShards) {
                {"tensor a.weight appears in two shards", "model-00001-of-00002.safetensors",
                 "model-00002-of-00002.safetensors"});
   // Without an index too.
-  TempDir dir;
+  ScratchDir dir;
   write_shard(dir.file("x.safetensors"), {"w"});
   write_shard(dir.file("y.safetensors"), {"w"});
   expect_error([&] { Checkpoint::open(dir.path()); }, {"tensor w appears in two shards"});

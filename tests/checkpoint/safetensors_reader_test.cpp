@@ -13,14 +13,14 @@ namespace nibble {
 namespace {
 
 using test::expect_error;
-using test::TempDir;
+using test::ScratchDir;
 using test::write_safetensors_raw;
 
 // Writes `header` (+ `data_size` bytes of zero data) and opens it; the
 // expected error names the file and carries every fragment.
 void expect_bad(const std::string& header, size_t data_size,
                 std::initializer_list<std::string> fragments) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("bad.safetensors");
   write_safetensors_raw(path, header, std::string(data_size, '\0'));
   expect_error([&] { SafetensorsFile f(path); }, {path});
@@ -28,7 +28,7 @@ void expect_bad(const std::string& header, size_t data_size,
 }
 
 TEST(SafetensorsReader, FileTooSmall) {
-  TempDir dir;
+  ScratchDir dir;
   for (size_t n : {0, 1, 7}) {
     std::string path = dir.file("small.safetensors");
     test::write_bytes(path, std::string(n, '\x01'));
@@ -37,7 +37,7 @@ TEST(SafetensorsReader, FileTooSmall) {
 }
 
 TEST(SafetensorsReader, HeaderLengthAbsurd) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("huge.safetensors");
   test::write_bytes(path, test::u64_le(uint64_t(1) << 40) + "{}");
   expect_error([&] { SafetensorsFile f(path); }, {path, "absurdly large"});
@@ -46,7 +46,7 @@ TEST(SafetensorsReader, HeaderLengthAbsurd) {
 }
 
 TEST(SafetensorsReader, HeaderLengthPastEnd) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("short.safetensors");
   test::write_bytes(path, test::u64_le(100) + "{}");
   expect_error([&] { SafetensorsFile f(path); }, {path, "header length 100 runs past the end"});
@@ -176,7 +176,7 @@ TEST(SafetensorsReader, BadMetadata) {
 }
 
 TEST(SafetensorsReader, ValidCornerCases) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("ok.safetensors");
   // Listed out of order, a gap of 4 bytes before "late", a scalar, an empty
   // tensor, metadata, and header padding with spaces.
@@ -216,7 +216,7 @@ TEST(SafetensorsReader, ValidCornerCases) {
 }
 
 TEST(SafetensorsReader, EmptyHeaderAndNoTensors) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("none.safetensors");
   write_safetensors_raw(path, "{}      ");
   SafetensorsFile f(path);
@@ -238,7 +238,7 @@ TEST(SafetensorsReader, EveryDtypeName) {
     off += 3 * sizes[i];
   }
   header += "}";
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("all.safetensors");
   write_safetensors_raw(path, header, std::string(off, '\0'));
   SafetensorsFile f(path);

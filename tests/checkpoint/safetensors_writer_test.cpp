@@ -16,7 +16,7 @@ namespace {
 
 using test::expect_error;
 using test::read_bytes;
-using test::TempDir;
+using test::ScratchDir;
 
 const std::string kWriterFixtures = std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/checkpoints/writer";
 
@@ -62,7 +62,7 @@ std::string pattern(const TensorSpec& t) {
 TEST(SafetensorsWriter, BytesMatchReferenceLibrary) {
   auto specs = reference_specs();
   sort_like_safetensors(specs);
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("out.safetensors");
   {
     SafetensorsWriter w(path, specs, {{"format", "pt"}});
@@ -83,7 +83,7 @@ TEST(SafetensorsWriter, BytesMatchReferenceLibrary) {
 }
 
 TEST(SafetensorsWriter, IndexMatchesTransformers) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("model.safetensors.index.json");
   write_safetensors_index(path, 159609485896ull,
                           {{"b.weight", "model-00002-of-00002.safetensors"},
@@ -128,7 +128,7 @@ TEST(SafetensorsWriter, ChunkedRoundTrip) {
     for (auto& c : b) c = char(rng());
     data.push_back(std::move(b));
   }
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("rt.safetensors");
   SafetensorsWriter w(path, specs, {{"format", "pt"}, {"source", "test"}});
   ASSERT_NE(w.current(), nullptr);
@@ -164,7 +164,7 @@ TEST(SafetensorsWriter, ChunkedRoundTrip) {
 }
 
 TEST(SafetensorsWriter, RejectsBadDeclarations) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("bad.safetensors");
   auto make = [&](std::vector<TensorSpec> specs) { SafetensorsWriter w(path, specs); };
   expect_error([&] { make({{"a", DType::U8, {1}}, {"a", DType::U8, {2}}}); }, {path, "tensor a is declared twice"});
@@ -184,7 +184,7 @@ TEST(SafetensorsWriter, RejectsBadDeclarations) {
 }
 
 TEST(SafetensorsWriter, RejectsMisuseAndLeavesNothing) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("m.safetensors");
   std::vector<TensorSpec> specs = {{"first", DType::F32, {2}}, {"second", DType::U8, {3}}};
   const char bytes[16] = {};
@@ -213,7 +213,7 @@ TEST(SafetensorsWriter, RejectsMisuseAndLeavesNothing) {
 }
 
 TEST(SafetensorsWriter, EmptyTensorsNeedNoWrite) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("e.safetensors");
   SafetensorsWriter w(path, {{"e0", DType::U8, {0}}, {"x", DType::U8, {2}}, {"e1", DType::BF16, {4, 0}}});
   EXPECT_EQ(w.current()->name, "x");  // e0 is complete from the start
@@ -227,7 +227,7 @@ TEST(SafetensorsWriter, EmptyTensorsNeedNoWrite) {
 }
 
 TEST(SafetensorsWriter, AtomicTextFile) {
-  TempDir dir;
+  ScratchDir dir;
   std::string path = dir.file("config.json");
   write_file_atomic(path, "{}\n");
   EXPECT_EQ(read_bytes(path), "{}\n");

@@ -17,10 +17,10 @@
 namespace nibble {
 namespace {
 
-using test::TempDir;
+using test::ScratchDir;
 
 TEST(Skeleton, Dsv4FlashOpensWithRealTotals) {
-  TempDir dir;
+  ScratchDir dir;
   SkeletonSummary sum = write_skeleton_checkpoint(dsv4_flash_skeleton_template(), dir.path());
   EXPECT_EQ(sum.shards, 46u);
   EXPECT_EQ(sum.tensors, 69187u);
@@ -92,7 +92,7 @@ TEST(Skeleton, Dsv4FlashNvfp4Variants) {
   const uint64_t matrices = 43 * 256 * 3, elems = uint64_t(1) << 23;
   for (const char* variant : {"nvfp4_current", "nvfp4_early"}) {
     SCOPED_TRACE(variant);
-    TempDir dir;
+    ScratchDir dir;
     SkeletonSummary sum = write_skeleton_checkpoint(dsv4_flash_skeleton_template(variant), dir.path());
     EXPECT_EQ(sum.shards, 46u);
     EXPECT_EQ(sum.tensors, 69187u + 2 * matrices);
@@ -127,7 +127,7 @@ TEST(Skeleton, Dsv4FlashNvfp4Variants) {
 }
 
 TEST(Skeleton, FilesAreBraceExpanded) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_bytes(dir.file("t.json"), R"({"shard_name": "s-{n:05}-of-{count:05}.safetensors",
     "config": {"model_type": "toy"},
     "templates": {"x": {"tensors": [["w", "F32", [1]]]}},
@@ -151,7 +151,7 @@ TEST(Skeleton, FilesAreBraceExpanded) {
 }
 
 TEST(Skeleton, ConvenienceWrapperAndBadTemplates) {
-  TempDir dir;
+  ScratchDir dir;
   test::write_bytes(dir.file("t.json"), R"({"shard_name": "s-{n:05}-of-{count:05}.safetensors",
     "config": {"model_type": "toy"},
     "templates": {"x": {"repeat": 2, "prefix": "e.{i}.", "tensors": [["w", "F8_E4M3", [2, 3]]]}},

@@ -16,19 +16,22 @@
 
 namespace nibble::test {
 
-class TempDir {
+// Named apart from tests/support's TempDir: two classes of one name in one
+// test binary break the one-definition rule (the linker keeps one
+// constructor for both layouts).
+class ScratchDir {
  public:
-  TempDir() {
+  ScratchDir() {
     std::string pattern = (std::filesystem::temp_directory_path() / "nibble-ckpt-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
     path_ = pattern;
   }
-  ~TempDir() {
+  ~ScratchDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
