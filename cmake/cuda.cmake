@@ -96,11 +96,3 @@ function(nibble_link_cuda target)
     target_compile_definitions(${target} PUBLIC NIBBLE_HAS_CUDA=0)
   endif()
 endfunction()
-
-# Programs that exist only with CUDA: the GPU benchmarks (scripts/gpu-check.sh).
-function(nibble_cuda_programs)
-  if(NIBBLE_CUDA_ENABLED)
-    add_executable(cuda_moe_bench ${CMAKE_SOURCE_DIR}/bench/cuda/moe_w4a16_bench.cpp)
-    target_link_libraries(cuda_moe_bench PRIVATE nibble_core CUDA::cudart_static)
-  endif()
-endfunction()

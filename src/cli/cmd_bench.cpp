@@ -45,10 +45,12 @@
 #include "cli/command.h"
 #include "cli/load_flags.h"
 #include "cli/usage_error.h"
+#include "device/cuda_device.h"
 #include "device/device.h"
 #include "kernels/bench_kernel.h"
 #include "kernels/moe_routing.h"
 #include "kernels/random_weights.h"
+#include "kernels/cuda/cuda_bench.h"
 #include "kernels/registry.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -74,6 +76,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
     {"--probe-memory", "WHEN", "when the probe's buffer is first touched: interleaved with the weights (default; the same kind of memory), first or last (before / after all weights)"},
     {"--json", "", "one JSON object per measurement, one per line"},
+    {"--device", "NAME", "cuda (or cuda:0): time the CUDA tensor-core kernels instead (linear: fp8_block128 / bf16; moe: mxfp4 / nvfp4 at DeepSeek-V4-Flash's layer shape), tokens 1..64 unless --batch; skipped, saying why, without a GPU"},
 };
 
 using Clock = std::chrono::steady_clock;
@@ -657,6 +660,48 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   return 0;
 }
 
+// ---- bench linear|moe --device cuda ---------------------------------------------
+
+int bench_cuda(const std::string& what, const ParsedArgs& args, bool json) {
+  const std::string dev = args.str("--device", "cuda");
+  if (dev != "cuda" && dev != "cuda:0") usage_fail("flag --device: the CUDA benchmarks run on cuda (cuda:0), not '", dev, "'");
+  if (what != "linear" && what != "moe") usage_fail("bench ", what, " has no --device cuda (linear, moe)");
+  std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 32, 64};
+  if (args.has("--batch")) tokens = parse_batches(args);
+  const int iters = int(args.integer("--iters", 50, 1, 100000));
+  const std::string fdefault = what == "linear" ? "fp8_block128" : "mxfp4";
+  const std::string fname = args.str("--format", fdefault);
+  const auto format = parse_format(fname);
+  if (!format) usage_fail("flag --format: unknown format '", fname, "'");
+  if (!cuda_probe().error.empty()) {
+    std::printf("bench %s --device cuda: skipped: %s\n", what.c_str(), cuda_probe().error.c_str());
+    return 0;
+  }
+  const CudaBenchReport r =
+      what == "linear" ? cuda_bench_linear(*format, args.integer("--rows", 4096, 1, 1 << 20),
+                                           args.integer("--cols", 4096, 1, 1 << 20), tokens, iters)
+                       : cuda_bench_moe(*format, tokens, iters);
+  if (!json)
+    std::printf("device %s: read bandwidth %.0f GB/s (measured now), BF16 tensor peak %.0f TFLOP/s (nominal)\n",
+                r.device.c_str(), r.read_gbps, r.tc_peak_gflops / 1e3);
+  for (const CudaBenchRow& row : r.rows) {
+    if (json) {
+      nlohmann::json j = {{"op", row.op},          {"format", row.format},         {"tokens", row.tokens},
+                          {"experts", row.experts}, {"k_splits", row.k_splits},     {"us", row.us},
+                          {"best_split", row.best_split}, {"best_us", row.best_us},
+                          {"bytes", row.bytes},     {"gbps", row.gbps},             {"read_gbps", r.read_gbps},
+                          {"ratio", row.read_ratio}, {"tensor_ratio", row.tc_ratio}, {"device", r.device}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%-7s %-12s tokens %3lld  experts %3lld  split %2d  %9.1f us  %7.0f GB/s  %.2f of read bw  "
+                  "%.3f of tensor peak  (best split %d: %.1f us)\n",
+                  row.op.c_str(), row.format.c_str(), (long long)row.tokens, (long long)row.experts, row.k_splits,
+                  row.us, row.gbps, row.read_ratio, row.tc_ratio, row.best_split, row.best_us);
+    }
+  }
+  return 0;
+}
+
 int run_bench(const std::vector<std::string>& argv) {
   // `decode` benchmarks a whole model and has flags of its own.
   if (!argv.empty() && argv[0] == "decode") return bench_decode(std::vector<std::string>(argv.begin() + 1, argv.end()));
@@ -677,6 +722,7 @@ int run_bench(const std::vector<std::string>& argv) {
   const int threads = threads_arg(args);  // warns above the hardware's count
   const bool json = args.has("--json");
   const std::string what = args.positional[0];
+  if (args.has("--device")) return bench_cuda(what, args, json);
   if (what == "bandwidth") return bench_bandwidth(args, threads <= 0 ? ThreadPool::hardware_threads() : threads, json);
   ThreadPool pool(threads);
   if (what == "linear") return bench_linear(args, pool, json);

@@ -63,13 +63,19 @@ std::vector<const GroupPlan*> unplanned_groups(const Plan& plan) {
   return out;
 }
 
+uint64_t plan_stored_bytes(const Plan& plan) {
+  uint64_t b = 0;
+  for (const auto& g : plan.groups) b += g.bytes;
+  return b;
+}
+
 nlohmann::json plan_json(const Plan& plan) {
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& g : plan.groups) {
     nlohmann::json j = {{"group", g.group},        {"format", format_name(g.format)},
                         {"tensors", g.tensors},    {"bytes", g.bytes},
                         {"params", g.params},      {"bytes_per_token", g.bytes_per_token},
-                        {"provenance", g.provenance}};
+                        {"device_bytes", g.device_bytes}, {"provenance", g.provenance}};
     nlohmann::json rejected = nlohmann::json::array();
     if (g.has_op) {
       j["op"] = op_name(g.op);
@@ -103,6 +109,7 @@ nlohmann::json plan_json(const Plan& plan) {
       {"backend", plan.backend.empty() ? nlohmann::json(nullptr) : nlohmann::json(plan.backend)},
       {"groups", groups},
       {"bytes_per_token", plan.bytes_per_token},
+      {"device_bytes", plan.device_bytes},
       {"bound_tokens_per_s", plan.bound_tokens_per_s},
       {"warnings", plan.warnings},
       {"speculative", {{"on", false}, {"mtp_layer", plan.mtp_params > 0}, {"why", speculation_why(plan)}}},
@@ -143,12 +150,19 @@ void print_plan(const std::string& path, const Plan& plan, bool arch_runs, bool 
     if (g.has_op && g.selection.chosen) std::printf("    why:  %s\n", g.selection.why.c_str());
     for (const auto& r : g.selection.rejected) std::printf("    not %s: %s\n", r.kernel.c_str(), r.reason.c_str());
     if (!g.note.empty()) std::printf("    note: %s\n", g.note.c_str());
+    if (d.kind == DeviceKind::cuda && g.device_bytes != g.bytes)
+      std::printf("    on %s: %s in its kernel's layout\n", d.name.c_str(), human_bytes(double(g.device_bytes)).c_str());
   }
+  if (d.kind == DeviceKind::cuda)
+    std::printf("\nweights on %s: %s in the CUDA kernels' layouts (stored: %s)\n", d.name.c_str(),
+                human_bytes(double(plan.device_bytes)).c_str(), human_bytes(double(plan_stored_bytes(plan))).c_str());
   const auto missing = unplanned_groups(plan);
   if (!arch_runs) {
     std::printf("\nNOT RUNNABLE: nibble has no forward for %s yet (its weights would read %s per token)\n",
                 plan.architecture.empty() ? "a model without an architecture" : plan.architecture.c_str(),
                 human_bytes(double(plan.bytes_per_token)).c_str());
+  } else if (missing.empty() && plan.backend.empty()) {
+    std::printf("\nNOT RUNNABLE on %s: every op has a kernel, but nibble has no backend for it yet\n", d.name.c_str());
   } else if (missing.empty()) {
     std::printf("\ndecode reads %s of weights per token -> at most %.2f tokens/s at %.1f GB/s\n",
                 human_bytes(double(plan.bytes_per_token)).c_str(), plan.bound_tokens_per_s, d.bandwidth_gbps);
@@ -212,11 +226,14 @@ int run_explain(const std::vector<std::string>& argv) {
   const bool arch_runs = std::find(runs.begin(), runs.end(), plan.architecture) != runs.end();
   if (!arch_runs) plan.backend.clear();
   const auto missing = unplanned_groups(plan);
+  // Every op may have a kernel on a device nibble has no backend for yet
+  // (CUDA: the kernels exist, the forward on them is issue 16).
+  const bool has_backend = !plan.backend.empty() || !arch_runs;
   if (args.has("--json")) {
     nlohmann::json j = plan_json(plan);
-    j["runnable"] = missing.empty() && arch_runs;
+    j["runnable"] = missing.empty() && arch_runs && has_backend;
     j["profile"] = args.has("--profile");
-    if (!missing.empty() || !arch_runs) j["bound_tokens_per_s"] = nullptr;
+    if (!missing.empty() || !arch_runs || !has_backend) j["bound_tokens_per_s"] = nullptr;
     std::cout << j.dump(2) << "\n";
   } else {
     print_plan(ck->path(), plan, arch_runs, args.has("--profile"));
@@ -230,6 +247,11 @@ int run_explain(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "nibble explain: error: %zu tensor group(s) have no kernel on %s (first: %s); "
                  "nibble cannot run this model there yet\n", missing.size(), device.name.c_str(),
                  missing[0]->group.c_str());
+    return 1;
+  }
+  if (!has_backend) {
+    std::fprintf(stderr, "nibble explain: error: every op has a kernel on %s, but nibble has no backend that runs "
+                 "the forward there yet\n", device.name.c_str());
     return 1;
   }
   return 0;

@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "kernels/cuda/weight_store.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -114,6 +115,9 @@ Plan make_plan(const std::string& path, const Detection& det, const ModelLayout&
     const DetectedTensor* largest = members.front();
     for (const auto* t : members) {
       g.bytes += t->bytes;
+      g.device_bytes += device.kind == DeviceKind::cuda
+                            ? cuda_layout_bytes(t->format, t->is_matrix, t->rows, t->cols, t->bytes)
+                            : t->bytes;
       g.params += t->params;
       provs.push_back(fold_indices(t->provenance, layout));
       if (t->bytes > largest->bytes) largest = t;
@@ -166,6 +170,7 @@ Plan make_plan(const std::string& path, const Detection& det, const ModelLayout&
       g.note = "elementwise math in the model (f32)";
     }
     plan.bytes_per_token += g.bytes_per_token;
+    plan.device_bytes += g.device_bytes;
     plan.groups.push_back(std::move(g));
   }
   if (plan.bytes_per_token > 0 && device.bandwidth_gbps > 0)

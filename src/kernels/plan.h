@@ -70,6 +70,9 @@ struct GroupPlan {
   Selection selection;      // valid when has_op
   std::string note;         // for groups without a kernel: how they are used
   uint64_t bytes_per_token = 0;  // of `bytes`, what one decoded token reads
+  // In the device's memory: for a CUDA device the layouts its kernels read
+  // (repacked, padded; kernels/cuda/weight_store.h), else `bytes`.
+  uint64_t device_bytes = 0;
 };
 
 struct Plan {
@@ -83,6 +86,7 @@ struct Plan {
   std::string backend;
   std::vector<GroupPlan> groups;
   uint64_t bytes_per_token = 0;
+  uint64_t device_bytes = 0;      // sum of the groups' device_bytes
   double bound_tokens_per_s = 0;  // bandwidth / bytes_per_token
   std::string metadata_schema;
   std::vector<std::string> warnings;

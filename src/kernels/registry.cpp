@@ -110,15 +110,28 @@ const std::vector<KernelDesc>& kernel_registry() {
        "AVX2 fused MoE, FP4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
        kFp4Formats},
       // ---- kernels/cuda: the routed experts' grouped GEMM on tensor cores
-      // (moe_w4a16.h). The CUDA backend (part 2 of issue 15) binds it; its
-      // function pointer stays null here. Efficiencies are targets until a
+      // (moe_w4a16.h; routing, grouping and combine in moe_router.h). The
+      // CUDA backend (issue 16) binds it; its function pointer stays null
+      // here. Efficiencies are targets until a
       // GPU run measures them (bench/RESULTS.md): bandwidth 0.6 of the read
       // peak (issue 15 asks >= 0.8 at decode), compute 0.3 of the BF16
       // tensor peak (one mma per 8 tokens, so a decode step uses 1/8).
       {"cuda_w4a16", Op::moe, kFp4Formats, needs_cuda_sm80, 0, 0.6, 0.3,
        "mma.sync m16n8k16 BF16, FP4 dequantized in registers from a repacked layout, f32 accumulate, "
-       "tokens grouped by expert",
+       "tokens grouped by expert on the GPU router, gate/up fused with the clamped SwiGLU",
        nullptr, nullptr, nullptr, {}, "tensor_core"},
+      // The tensor-core linears (linear_mma.h): FP8 block-128 as W8A16 (E4M3
+      // dequantized to BF16 in registers, tile scale on each chunk's f32
+      // partial) and BF16, both mma.sync m16n8k16 from a repacked layout.
+      // Efficiencies are targets until a GPU run measures them (issue 15
+      // asks >= 0.8 of the read bandwidth for FP8 GEMV at 4096x4096+).
+      {"cuda_fp8_mma", Op::linear, {Format::fp8_block128}, needs_cuda_sm80, 0, 0.6, 0.3,
+       "mma.sync m16n8k16 BF16, FP8 E4M3 dequantized in registers (W8A16), f32 tile scale per chunk, "
+       "f32 accumulate",
+       nullptr, nullptr, nullptr, {}, "tensor_core"},
+      {"cuda_bf16_mma", Op::linear, {Format::bf16}, needs_cuda_sm80, 0, 0.6, 0.3,
+       "mma.sync m16n8k16 BF16 from a repacked layout, f32 accumulate", nullptr, nullptr, nullptr, {},
+       "tensor_core"},
       {"cuda_fp4_native", Op::moe, kFp4Formats, native_fp4_not_built, 0, 0.8, 0.5,
        "native FP4 x FP4 MMA with block scales (not built)", nullptr, nullptr, nullptr, {}, "tensor_core"},
   };

@@ -19,6 +19,7 @@
 // against the original f32 x both do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -143,6 +144,106 @@ TEST(MoeW4A16Gpu, RandomRoutings) {
     const int chunks = int((c.cols + 63) / 64);
     c.k_splits = 1 + int(rng() % uint32_t(std::min(chunks, 3)));
     run_case(c, 100 + uint64_t(i));
+  }
+}
+
+// The fused gate/up + clamped SwiGLU against moe_ref's expert arithmetic:
+// g = linear_ref(w1, bf16 x), u = linear_ref(w3, bf16 x), h = silu(min(g, l))
+// * clamp(u, -l, l). Each of g, u carries at most the GEMM bound above
+// (eg = acc_u * Mg, eu = acc_u * Mu); silu has slope <= 1.1 and the clamps
+// slope <= 1, so |dh| <= 1.1 eg (|u| + eu) + eu |silu(g)|; then expf (2 ulp)
+// and the f32 products (3 roundings) add 2^-20 |h|, and the BF16 rounding
+// of h 2^-9 |h| (round to nearest, 8 significant bits).
+void run_gate_up(Format f, int64_t inter, int64_t hidden, const std::vector<int32_t>& counts, int64_t n_tokens,
+                 bool clamp, int k_splits, uint64_t seed) {
+  SCOPED_TRACE(std::string(format_name(f)) + " gate/up [" + std::to_string(inter) + ", " + std::to_string(hidden) +
+               "] clamp " + std::to_string(clamp) + " k_splits " + std::to_string(k_splits));
+  std::vector<OwnedWeights> o1, o3;
+  std::vector<W4A16Matrix> w1, w3;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    o1.push_back(random_weights(f, inter, hidden, seed * 100 + e));
+    o3.push_back(random_weights(f, inter, hidden, seed * 100 + 50 + e));
+    w1.push_back(repack_w4a16(o1.back().view));
+    w3.push_back(repack_w4a16(o3.back().view));
+  }
+  const int64_t ldx = w1[0].cols_padded;
+  std::vector<float> x(size_t(n_tokens * hidden));
+  random_normal(x.data(), int64_t(x.size()), seed + 3);
+  std::vector<uint16_t> xb16(size_t(n_tokens * ldx), 0);
+  std::vector<float> xb(x.size());
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t k = 0; k < hidden; ++k) {
+      xb16[size_t(t * ldx + k)] = bf16_encode(x[size_t(t * hidden + k)]);
+      xb[size_t(t * hidden + k)] = bf16_decode(xb16[size_t(t * ldx + k)]);
+    }
+  std::mt19937 rng{uint32_t(seed)};
+  std::vector<int32_t> offsets{0}, x_rows;
+  for (int32_t c : counts) {
+    for (int32_t i = 0; i < c; ++i) x_rows.push_back(int32_t(rng() % uint32_t(n_tokens)));
+    offsets.push_back(offsets.back() + c);
+  }
+  // The limit: the median |u| of the first expert with tokens, so that the
+  // clamp bites on about half of the values whatever the weights' scale.
+  float limit = 0.0f;
+  if (clamp) {
+    std::vector<float> uu(size_t(n_tokens * inter)), mags;
+    for (size_t e = 0; e < counts.size() && mags.empty(); ++e)
+      if (counts[e]) {
+        linear_ref(o3[e].view, xb.data(), n_tokens, uu.data(), nullptr);
+        for (float v : uu) mags.push_back(std::fabs(v));
+      }
+    std::nth_element(mags.begin(), mags.begin() + mags.size() / 2, mags.end());
+    limit = mags[mags.size() / 2];
+  }
+  const std::vector<float> h = moe_w4a16_gate_up_run_host(w1, w3, xb16, offsets, x_rows, limit, k_splits);
+  const double k = double(hidden), acc_u = (k + k / 8 + 8) * std::ldexp(1.0, -23);
+  std::vector<float> g(size_t(n_tokens * inter)), u(g.size()), r1(static_cast<size_t>(hidden)), r3(static_cast<size_t>(hidden));
+  int bad = 0, clamped = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (!counts[e]) continue;
+    linear_ref(o1[e].view, xb.data(), n_tokens, g.data(), nullptr);
+    linear_ref(o3[e].view, xb.data(), n_tokens, u.data(), nullptr);
+    for (int64_t row = 0; row < inter; ++row) {
+      dequantize_row(o1[e].view, row, r1.data());
+      dequantize_row(o3[e].view, row, r3.data());
+      for (int32_t a = offsets[e]; a < offsets[e + 1]; ++a) {
+        const int64_t t = x_rows[size_t(a)];
+        double mg = 0, mu = 0;
+        for (int64_t c = 0; c < hidden; ++c) {
+          mg += std::fabs(double(r1[size_t(c)]) * xb[size_t(t * hidden + c)]);
+          mu += std::fabs(double(r3[size_t(c)]) * xb[size_t(t * hidden + c)]);
+        }
+        double gi = g[size_t(t * inter + row)], ui = u[size_t(t * inter + row)];
+        if (limit > 0) {
+          clamped += gi > limit || std::fabs(ui) > limit;
+          gi = std::min<double>(gi, limit);
+          ui = std::clamp<double>(ui, -limit, limit);
+        }
+        const double silu = gi / (1 + std::exp(-gi)), want = silu * ui;
+        const double eg = acc_u * mg, eu = acc_u * mu;
+        const double bound = 1.1 * eg * (std::fabs(ui) + eu) + eu * std::fabs(silu) +
+                             (std::ldexp(1.0, -20) + std::ldexp(1.0, -9)) * std::fabs(want) + 1e-30;
+        const double got = h[size_t(a) * size_t(inter) + size_t(row)];
+        if (std::fabs(got - want) > bound && bad++ < 10)
+          ADD_FAILURE() << "expert " << e << " row " << row << " assignment " << a << ": got " << got << ", want "
+                        << want << ", bound " << bound;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  if (limit > 0) {
+    EXPECT_GT(clamped, 0) << "the clamp was never exercised";
+  }
+}
+
+TEST(MoeW4A16Gpu, FusedGateUpSwiglu) {
+  REQUIRE_CUDA_DEVICE();
+  const std::vector<int32_t> mixed = {0, 1, 9, 70, 3, 0, 33};
+  for (Format f : {Format::mxfp4, Format::nvfp4}) {
+    run_gate_up(f, 40, f == Format::mxfp4 ? 96 : 80, mixed, 70, false, 1, 1);
+    run_gate_up(f, 40, f == Format::mxfp4 ? 96 : 80, mixed, 70, true, 1, 2);
+    run_gate_up(f, 130, 1024, mixed, 70, true, 3, 3);  // the last split applies the SwiGLU
+    run_gate_up(f, 200, 2048, {1, 0, 1, 1, 2}, 5, true, 8, 4);
   }
 }
 

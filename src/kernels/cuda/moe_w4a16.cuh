@@ -21,54 +21,37 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/w4a16_layout.h"
 
 namespace nibble::w4a16 {
 
 constexpr int kWarpsPerBlock = 4;
+using tc::bf16x2_mul;
+using tc::mma_bf16_m16n8k16;
 
 struct KernelParams {
-  const uint4* words = nullptr;         // all experts, words_per_expert u32 each
-  const uint8_t* scales = nullptr;      // all experts, scales_per_expert bytes each
-  const float* global_scales = nullptr; // [experts] (NVFP4) or null (1.0)
+  // [0]: the projection (w1 / w2 / w3); [1]: with the fused gate/up, the up
+  // projection w3 (same layout and shape as [0] = w1).
+  const uint4* words[2] = {nullptr, nullptr};         // all experts, words_per_expert u32 each
+  const uint8_t* scales[2] = {nullptr, nullptr};      // all experts, scales_per_expert bytes each
+  const float* global_scales[2] = {nullptr, nullptr}; // [experts] (NVFP4) or null (1.0)
   int64_t words_per_expert = 0;
   int64_t scales_per_expert = 0;
   const uint16_t* x = nullptr;          // [n_x, ldx] BF16
   int64_t ldx = 0;                      // = cols_padded
   const int32_t* offsets = nullptr;     // [experts + 1]
   const int32_t* x_rows = nullptr;      // [n_assign]
-  float* y = nullptr;                   // [n_assign, rows]
+  float* y = nullptr;                   // [n_assign, rows]: the output, or (fused, k_splits > 1) gate sums
   int rows = 0, strips = 0, n_chunks = 0, experts = 0, k_splits = 1;
+  // Fused gate/up only: h = silu(min(g, limit)) * clamp(u, -limit, limit)
+  // (no clamp when limit <= 0) in BF16, the down projection's input.
+  float* y_up = nullptr;                // [n_assign, rows] up sums (k_splits > 1)
+  uint16_t* h = nullptr;                // [n_assign, ldh] BF16
+  int64_t ldh = 0;
+  float limit = 0;
+  int32_t* tickets = nullptr;           // [experts * strips], zero between launches (k_splits > 1)
 };
-
-// D = A·B + D, m16n8k16, BF16 inputs, f32 accumulate (sm_80+: every arch
-// nibble builds; the guard keeps a pre-sm_80 PTX pass, were one ever added,
-// from emitting an instruction it lacks).
-__device__ __forceinline__ void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();
-#endif
-}
-
-// a * b for BF16x2, exact here (one factor a power of two). fma with -0.0 is
-// a pure product (+0 stays +0); BF16 subnormals are kept (PTX has no .ftz
-// for bf16), which the E2M1 value 0.5 needs after dequant_fp4x8.
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-#else
-  __trap();
-  return 0;
-#endif
-}
 
 template <int kGroup>
 __device__ __forceinline__ float group_scale(uint32_t code, float global_scale) {
@@ -76,10 +59,33 @@ __device__ __forceinline__ float group_scale(uint32_t code, float global_scale) 
   else return e4m3_to_f32(code) * global_scale;
 }
 
-template <int kGroup, int kPasses>
+// DeepSeek-V4's clamped SwiGLU, in moe_ref's f32 order.
+__device__ __forceinline__ float swiglu(float g, float u, float limit) {
+  if (limit > 0) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+  }
+  return g / (1.0f + expf(-g)) * u;
+}
+
+__device__ __forceinline__ uint16_t to_bf16_bits(float v) {
+  // Round to nearest even, as bf16_encode (finite inputs; NaN stays NaN).
+  uint32_t b = __float_as_uint(v);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((b >> 16) | 0x40);
+  b += 0x7FFFu + ((b >> 16) & 1u);
+  return uint16_t(b >> 16);
+}
+
+// kGateUp: the warp streams the same strip of w1 and w3 (two 16-byte loads
+// per lane per chunk, so twice the bytes in flight) and writes h instead of
+// y. With k_splits > 1 the splits add g and u into y / y_up; the last split
+// of a strip to finish (a ticket counter) applies the SwiGLU and resets the
+// ticket, so no second launch and no host sync is needed.
+template <int kGroup, int kPasses, bool kGateUp>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const KernelParams p) {
   constexpr int kGpc = kChunkK / kGroup;               // groups per chunk: 2 or 4
   constexpr int kTilesPerGroup = kGroup / kTileK;      // 2 or 1
+  constexpr int kProj = kGateUp ? 2 : 1;
   const int lane = threadIdx.x & 31;
   const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int e = int(item / p.strips), strip = int(item % p.strips);
@@ -89,11 +95,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
   const int c0 = int(int64_t(p.n_chunks) * blockIdx.y / p.k_splits);
   const int c1 = int(int64_t(p.n_chunks) * (blockIdx.y + 1) / p.k_splits);
   const int g = lane >> 2, t = lane & 3;
-  const float gs = p.global_scales ? p.global_scales[e] : 1.0f;
-  // word_index(strip, ch, n_chunks, lane, 0) / 4, in uint4, at ch = 0.
-  const uint4* wp = p.words + e * (p.words_per_expert / 4) + int64_t(strip) * p.n_chunks * 32 + lane;
-  // scale_index(strip, ch, n_chunks, g, 0, 0, kGpc) at ch = 0.
-  const uint8_t* sp = p.scales + e * p.scales_per_expert + int64_t(strip) * p.n_chunks * 16 * kGpc + g * 2 * kGpc;
+  float gs[kProj];
+  const uint4* wp[kProj];
+  const uint8_t* sp[kProj];
+#pragma unroll
+  for (int pr = 0; pr < kProj; ++pr) {
+    gs[pr] = p.global_scales[pr] ? p.global_scales[pr][e] : 1.0f;
+    // word_index(strip, ch, n_chunks, lane, 0) / 4, in uint4, at ch = 0.
+    wp[pr] = p.words[pr] + e * (p.words_per_expert / 4) + int64_t(strip) * p.n_chunks * 32 + lane;
+    // scale_index(strip, ch, n_chunks, g, 0, 0, kGpc) at ch = 0.
+    sp[pr] = p.scales[pr] + e * p.scales_per_expert + int64_t(strip) * p.n_chunks * 16 * kGpc + g * 2 * kGpc;
+  }
 
   for (int tb = 0; tb < count; tb += kTokensPerMma * kPasses) {
     // B fragment: this lane supplies token g of each 8-token block, columns
@@ -104,48 +116,55 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
       const int j = tb + nb * kTokensPerMma + g;
       xr[nb] = j < count ? p.x + int64_t(p.x_rows[begin + j]) * p.ldx + 2 * t : nullptr;
     }
-    float acc[kPasses][4] = {};
+    float acc[kProj][kPasses][4] = {};
     for (int ch = c0; ch < c1; ++ch) {
-      const uint4 wq = __ldcs(wp + int64_t(ch) * 32);  // read once: evict first
-      uint32_t sc[kGpc / 2];                            // bytes [half][gi]
-      const uint8_t* s = sp + int64_t(ch) * 16 * kGpc;
-      if constexpr (kGpc == 2) {
-        sc[0] = __ldg(reinterpret_cast<const unsigned int*>(s));
-      } else {
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(s));
-        sc[0] = v.x;
-        sc[1] = v.y;
-      }
-      const uint32_t q[4] = {wq.x, wq.y, wq.z, wq.w};
-      float part[kPasses][4] = {};
+      uint4 wq[kProj];
+      uint32_t sc[kProj][kGpc / 2];  // bytes [half][gi]
 #pragma unroll
-      for (int j = 0; j < kTilesPerChunk; ++j) {
-        uint32_t a[4];
-        dequant_fp4x8(q[j], a);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = bf16x2_mul(a[i], kBf16x2Pow126);
-        const int k0 = (ch * kTilesPerChunk + j) * kTileK;
-#pragma unroll
-        for (int nb = 0; nb < kPasses; ++nb) {
-          uint32_t b0 = 0, b1 = 0;
-          if (xr[nb]) {
-            b0 = __ldg(reinterpret_cast<const unsigned int*>(xr[nb] + k0));
-            b1 = __ldg(reinterpret_cast<const unsigned int*>(xr[nb] + k0 + 8));
-          }
-          mma_bf16_m16n8k16(part[nb], a, b0, b1);
+      for (int pr = 0; pr < kProj; ++pr) {
+        wq[pr] = __ldcs(wp[pr] + int64_t(ch) * 32);  // read once: evict first
+        const uint8_t* s = sp[pr] + int64_t(ch) * 16 * kGpc;
+        if constexpr (kGpc == 2) {
+          sc[pr][0] = __ldg(reinterpret_cast<const unsigned int*>(s));
+        } else {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(s));
+          sc[pr][0] = v.x;
+          sc[pr][1] = v.y;
         }
-        if ((j + 1) % kTilesPerGroup == 0) {
-          const int gi = j / kTilesPerGroup;
-          const int b_lo = gi, b_hi = kGpc + gi;  // byte of row g, of row g+8
-          const float s0 = group_scale<kGroup>((sc[b_lo / 4] >> (8 * (b_lo % 4))) & 0xFF, gs);
-          const float s1 = group_scale<kGroup>((sc[b_hi / 4] >> (8 * (b_hi % 4))) & 0xFF, gs);
+      }
+#pragma unroll
+      for (int pr = 0; pr < kProj; ++pr) {
+        const uint32_t q[4] = {wq[pr].x, wq[pr].y, wq[pr].z, wq[pr].w};
+        float part[kPasses][4] = {};
+#pragma unroll
+        for (int j = 0; j < kTilesPerChunk; ++j) {
+          uint32_t a[4];
+          dequant_fp4x8(q[j], a);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[i] = bf16x2_mul(a[i], kBf16x2Pow126);
+          const int k0 = (ch * kTilesPerChunk + j) * kTileK;
 #pragma unroll
           for (int nb = 0; nb < kPasses; ++nb) {
-            acc[nb][0] += part[nb][0] * s0;
-            acc[nb][1] += part[nb][1] * s0;
-            acc[nb][2] += part[nb][2] * s1;
-            acc[nb][3] += part[nb][3] * s1;
-            part[nb][0] = part[nb][1] = part[nb][2] = part[nb][3] = 0.0f;
+            uint32_t b0 = 0, b1 = 0;
+            if (xr[nb]) {
+              b0 = __ldg(reinterpret_cast<const unsigned int*>(xr[nb] + k0));
+              b1 = __ldg(reinterpret_cast<const unsigned int*>(xr[nb] + k0 + 8));
+            }
+            mma_bf16_m16n8k16(part[nb], a, b0, b1);
+          }
+          if ((j + 1) % kTilesPerGroup == 0) {
+            const int gi = j / kTilesPerGroup;
+            const int b_lo = gi, b_hi = kGpc + gi;  // byte of row g, of row g+8
+            const float s0 = group_scale<kGroup>((sc[pr][b_lo / 4] >> (8 * (b_lo % 4))) & 0xFF, gs[pr]);
+            const float s1 = group_scale<kGroup>((sc[pr][b_hi / 4] >> (8 * (b_hi % 4))) & 0xFF, gs[pr]);
+#pragma unroll
+            for (int nb = 0; nb < kPasses; ++nb) {
+              acc[pr][nb][0] += part[nb][0] * s0;
+              acc[pr][nb][1] += part[nb][1] * s0;
+              acc[pr][nb][2] += part[nb][2] * s1;
+              acc[pr][nb][3] += part[nb][3] * s1;
+              part[nb][0] = part[nb][1] = part[nb][2] = part[nb][3] = 0.0f;
+            }
           }
         }
       }
@@ -154,24 +173,57 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
 #pragma unroll
     for (int nb = 0; nb < kPasses; ++nb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = strip * kTileRows + g + 8 * h;
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = strip * kTileRows + g + 8 * hh;
         if (row >= p.rows) continue;
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
           const int j = tb + nb * kTokensPerMma + 2 * t + b;
           if (j >= count) continue;
-          float* out = p.y + int64_t(begin + j) * p.rows + row;
-          if (p.k_splits > 1) atomicAdd(out, acc[nb][2 * h + b]);
-          else *out = acc[nb][2 * h + b];
+          const int64_t o = int64_t(begin + j) * p.rows + row;
+          if constexpr (kGateUp) {
+            if (p.k_splits > 1) {
+              atomicAdd(p.y + o, acc[0][nb][2 * hh + b]);
+              atomicAdd(p.y_up + o, acc[1][nb][2 * hh + b]);
+            } else {
+              p.h[int64_t(begin + j) * p.ldh + row] =
+                  to_bf16_bits(swiglu(acc[0][nb][2 * hh + b], acc[1][nb][2 * hh + b], p.limit));
+            }
+          } else {
+            if (p.k_splits > 1) atomicAdd(p.y + o, acc[0][nb][2 * hh + b]);
+            else p.y[o] = acc[0][nb][2 * hh + b];
+          }
         }
       }
+  }
+  if constexpr (kGateUp) {
+    if (p.k_splits > 1) {
+      // Publish this split's sums, then take a ticket; the last split of the
+      // strip sees every other split's sums (they fenced before their
+      // ticket) and writes h.
+      __threadfence();
+      __syncwarp();
+      int ticket = 0;
+      int32_t* tk = p.tickets + int64_t(e) * p.strips + strip;
+      if (lane == 0) ticket = atomicAdd(tk, 1);
+      ticket = __shfl_sync(0xffffffffu, ticket, 0);
+      if (ticket == p.k_splits - 1) {
+        __threadfence();
+        for (int idx = lane; idx < kTileRows * count; idx += 32) {
+          const int j = idx / kTileRows, row = strip * kTileRows + idx % kTileRows;
+          if (row >= p.rows) continue;
+          const int64_t o = int64_t(begin + j) * p.rows + row;
+          p.h[int64_t(begin + j) * p.ldh + row] = to_bf16_bits(swiglu(__ldcg(p.y + o), __ldcg(p.y_up + o), p.limit));
+        }
+        if (lane == 0) *tk = 0;  // ready for the next launch
+      }
+    }
   }
 }
 
 // Defined in moe_w4a16_mxfp4.cu / moe_w4a16_nvfp4.cu: launch the instance for
-// `passes` (1 or 4) token blocks of 8.
-void launch_mxfp4(const KernelParams& p, int passes, dim3 grid, cudaStream_t stream);
-void launch_nvfp4(const KernelParams& p, int passes, dim3 grid, cudaStream_t stream);
+// `passes` (1 or 4) token blocks of 8, fused gate/up or one projection.
+void launch_mxfp4(const KernelParams& p, int passes, bool gate_up, dim3 grid, cudaStream_t stream);
+void launch_nvfp4(const KernelParams& p, int passes, bool gate_up, dim3 grid, cudaStream_t stream);
 
 }  // namespace nibble::w4a16

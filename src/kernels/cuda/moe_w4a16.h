@@ -1,8 +1,9 @@
 // The W4A16 grouped expert GEMM on tensor cores: for every routed expert e
 // and each token assigned to it, y[a] = W_e · x[row(a)], with W_e MXFP4 or
 // NVFP4 in the repacked layout (w4a16_layout.h), x BF16, f32 out. This is the
-// core of the CUDA MoE (gate / up and down projections); the fused SwiGLU,
-// routing weights and combine are a follow-up (docs/cuda.md).
+// core of the CUDA MoE: gate / up fused with the clamped SwiGLU
+// (moe_w4a16_gate_up_launch), then the down projection, then the routing
+// weights and combine (moe_router.h).
 //
 // Tokens are grouped by expert by the caller: assignments offsets[e] ..
 // offsets[e+1]-1 belong to expert e, and x_rows[a] is the row of x that
@@ -47,12 +48,29 @@ int moe_w4a16_tokens_per_pass(int64_t max_per_expert);
 // The K split for `busy_strips` 16-row strips with tokens (experts with
 // tokens x rows_padded / 16) over cols_padded columns on `sms` SMs: 1 when
 // the strips alone fill the GPU, else up to 8 (moe_w4a16_plan.cpp says why).
-// cuda_moe_bench prints it beside the best split it measured.
+// `nibble bench moe --device cuda` prints it beside the best split it measured.
 int moe_w4a16_k_splits(int64_t busy_strips, int64_t cols_padded, int sms);
 
 // Launches on args.stream; no host synchronisation. Throws nibble::Error for
 // inconsistent shapes or a launch error (with cudaGetErrorString).
 void moe_w4a16_launch(const W4A16ExpertsDevice& w, const MoeGemmArgs& args);
+
+// The gate and up projections of every expert in one launch, fused with
+// DeepSeek-V4's clamped SwiGLU: h[a] = silu(min(w1 x, limit)) * clamp(w3 x,
+// -limit, limit) (no clamp when limit <= 0), rounded to BF16, the input of
+// the down projection (w2's cols_padded wide: ldh). w1 and w3 must agree in
+// format and shape. With k_splits > 1 the splits add into the f32 scratch
+// g / u, and the last split of each strip applies the SwiGLU.
+struct MoeGateUpArgs {
+  MoeGemmArgs gemm;               // x, offsets, x_rows, n_assign, max_per_expert, k_splits, stream (y unused)
+  uint16_t* h = nullptr;          // [n_assign, ldh] BF16; columns past rows written 0 by the launch
+  int64_t ldh = 0;                // >= rows
+  float limit = 0;                // swiglu_limit
+  float* scratch_g = nullptr;     // [n_assign, rows] f32, when k_splits > 1
+  float* scratch_u = nullptr;     // [n_assign, rows] f32, when k_splits > 1
+  int32_t* tickets = nullptr;     // [experts * rows_padded/16], zeroed once before the first launch
+};
+void moe_w4a16_gate_up_launch(const W4A16ExpertsDevice& w1, const W4A16ExpertsDevice& w3, const MoeGateUpArgs& args);
 
 // Host round trip for tests and benchmarks: uploads experts (all of one
 // format and shape) and the inputs, runs the kernel `iters` times (after one
@@ -66,5 +84,11 @@ struct MoeGemmHostResult {
 MoeGemmHostResult moe_w4a16_run_host(const std::vector<W4A16Matrix>& experts, const std::vector<uint16_t>& x_bf16,
                                      const std::vector<int32_t>& offsets, const std::vector<int32_t>& x_rows,
                                      int k_splits = 1, int iters = 1);
+
+// Host round trip of the fused gate/up: h as f32 (the BF16 values decoded),
+// [n_assign, rows].
+std::vector<float> moe_w4a16_gate_up_run_host(const std::vector<W4A16Matrix>& w1, const std::vector<W4A16Matrix>& w3,
+                                              const std::vector<uint16_t>& x_bf16, const std::vector<int32_t>& offsets,
+                                              const std::vector<int32_t>& x_rows, float limit, int k_splits);
 
 }  // namespace nibble

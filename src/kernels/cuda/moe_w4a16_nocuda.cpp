@@ -17,4 +17,11 @@ MoeGemmHostResult moe_w4a16_run_host(const std::vector<W4A16Matrix>&, const std:
   no_cuda();
 }
 
+void moe_w4a16_gate_up_launch(const W4A16ExpertsDevice&, const W4A16ExpertsDevice&, const MoeGateUpArgs&) { no_cuda(); }
+std::vector<float> moe_w4a16_gate_up_run_host(const std::vector<W4A16Matrix>&, const std::vector<W4A16Matrix>&,
+                                              const std::vector<uint16_t>&, const std::vector<int32_t>&,
+                                              const std::vector<int32_t>&, float, int) {
+  no_cuda();
+}
+
 }  // namespace nibble

@@ -1,0 +1,220 @@
+// The GPU benchmarks behind `nibble bench linear|moe --device cuda`
+// (cuda_bench.h). Weights are random (kernels/random_weights), repacked as
+// at load, and copied enough times that the copies cycled through exceed
+// the L2 several times over, so every call streams from HBM as decode does.
+#include "kernels/cuda/cuda_bench.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <set>
+
+#include "device/cuda_device.h"
+#include "format/element.h"
+#include "kernels/cuda/linear_mma.h"
+#include "kernels/cuda/moe_w4a16.h"
+#include "kernels/cuda/w4a16_repack.h"
+#include "kernels/random_weights.h"
+#include "util/error.h"
+
+namespace nibble {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("bench --device cuda: ", what, ": ", cudaGetErrorString(e));
+}
+
+// Device allocations freed at scope exit.
+struct Arena {
+  std::vector<void*> ptrs;
+  template <class T>
+  T* alloc(size_t n, const void* host = nullptr, size_t host_bytes = 0) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::max<size_t>(n * sizeof(T), 1)), "cudaMalloc");
+    ptrs.push_back(p);
+    if (host) check(cudaMemcpy(p, host, host_bytes ? host_bytes : n * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    return static_cast<T*>(p);
+  }
+  ~Arena() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+};
+
+struct Timer {
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  Timer() {
+    check(cudaEventCreate(&t0), "cudaEventCreate");
+    check(cudaEventCreate(&t1), "cudaEventCreate");
+  }
+  ~Timer() {
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+  }
+  template <class F>
+  double seconds_per_call(int iters, F&& call) {
+    call(0);  // warm-up
+    check(cudaEventRecord(t0), "cudaEventRecord");
+    for (int i = 0; i < iters; ++i) call(i + 1);
+    check(cudaEventRecord(t1), "cudaEventRecord");
+    check(cudaEventSynchronize(t1), "kernel");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0, t1);
+    return double(ms) * 1e-3 / std::max(iters, 1);
+  }
+};
+
+CudaBenchReport start_report() {
+  const CudaProbe& probe = cuda_probe();
+  if (!probe.error.empty()) fail(probe.error);
+  CudaBenchReport r;
+  const Device d = cuda_device("cuda:0");  // measures the read bandwidth now (4 GiB, best of 5)
+  r.device = d.description;
+  r.read_gbps = d.bandwidth_gbps;
+  r.tc_peak_gflops = d.peak_gflops;
+  return r;
+}
+
+// Copies so that the set cycled through is >= 8x a 50 MB L2 (H200's is 50 MB;
+// B200's 126 MB is covered by 400 MB too), at most 64.
+int copies_for(uint64_t bytes) {
+  return int(std::clamp<uint64_t>((uint64_t(400) << 20) / std::max<uint64_t>(bytes, 1) + 1, 1, 64));
+}
+
+void finish_row(CudaBenchRow& row, const CudaBenchReport& r, double flops) {
+  row.gbps = row.bytes / (row.us * 1e-6) / 1e9;
+  row.read_ratio = row.gbps / r.read_gbps;
+  row.tc_ratio = r.tc_peak_gflops > 0 ? flops / (row.us * 1e-6) / 1e9 / r.tc_peak_gflops : 0;
+}
+
+// Times the other K splits (1, 2, 4, 8, 16 that the matrix allows) next to
+// the heuristic's, and keeps the fastest: how far the heuristic is off.
+template <class F>
+void sweep_splits(CudaBenchRow& row, int64_t chunks, F&& time_split) {
+  row.best_split = row.k_splits;
+  row.best_us = row.us;
+  for (int k : {1, 2, 4, 8, 16}) {
+    if (k == row.k_splits || k > chunks) continue;
+    const double us = time_split(k);
+    if (us < row.best_us) {
+      row.best_us = us;
+      row.best_split = k;
+    }
+  }
+}
+
+}  // namespace
+
+CudaBenchReport cuda_bench_linear(Format format, int64_t rows, int64_t cols, const std::vector<int64_t>& tokens,
+                                  int iters) {
+  if (format != Format::fp8_block128 && format != Format::bf16)
+    fail("bench linear --device cuda: the tensor-core linears take fp8_block128 or bf16, not ", format_name(format));
+  CudaBenchReport r = start_report();
+  OwnedWeights w = random_weights(format, rows, cols, 42);
+  const MmaMatrix m = repack_mma(w.view);
+  const int copies = copies_for(m.bytes());
+  Arena arena;
+  std::vector<MmaWeightsDevice> dev(size_t(copies), mma_device_shape(m));
+  for (auto& d : dev) {
+    d.words = arena.alloc<uint8_t>(m.words.size(), m.words.data());
+    d.scales = m.scales.empty() ? nullptr : arena.alloc<float>(m.scales.size(), m.scales.data());
+  }
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  Timer timer;
+  for (int64_t n : tokens) {
+    std::vector<uint16_t> x(size_t(n * m.cols_padded), bf16_encode(0.25f));
+    uint16_t* dx = arena.alloc<uint16_t>(x.size(), x.data());
+    float* dy = arena.alloc<float>(size_t(n * rows));
+    CudaBenchRow row;
+    row.op = "linear";
+    row.format = format_name(format);
+    row.tokens = n;
+    row.k_splits = linear_mma_k_splits(m.rows_padded, m.chunks(), sms);
+    auto time_split = [&](int k) {
+      return 1e6 * timer.seconds_per_call(iters, [&](int i) { linear_mma_launch(dev[size_t(i % copies)], dx, n, dy, k); });
+    };
+    row.us = time_split(row.k_splits);
+    sweep_splits(row, m.chunks(), time_split);
+    row.bytes = double(m.bytes()) + double(x.size()) * 2;
+    finish_row(row, r, 2.0 * double(rows) * double(cols) * double(n));
+    r.rows.push_back(row);
+  }
+  return r;
+}
+
+CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens, int iters) {
+  if (format != Format::mxfp4 && format != Format::nvfp4)
+    fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4 or nvfp4, not ", format_name(format));
+  constexpr int kExperts = 256, kTopK = 6;
+  CudaBenchReport r = start_report();
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  Timer timer;
+  struct Proj {
+    const char* name;
+    int64_t rows, cols;
+  };
+  for (Proj pj : {Proj{"moe w1", 2048, 4096}, Proj{"moe w2", 4096, 2048}}) {
+    // 256 distinct experts (one random matrix's bytes copied, so each
+    // streams from its own addresses): 256 x 4.4 MB exceeds any L2.
+    OwnedWeights one = random_weights(format, pj.rows, pj.cols, 42);
+    const W4A16Matrix m = repack_w4a16(one.view);
+    Arena arena;
+    uint32_t* words = arena.alloc<uint32_t>(m.words.size() * kExperts);
+    uint8_t* scales = arena.alloc<uint8_t>(m.scales.size() * kExperts);
+    for (int e = 0; e < kExperts; ++e) {
+      check(cudaMemcpy(words + m.words.size() * e, m.words.data(), m.words.size() * 4, cudaMemcpyHostToDevice), "upload");
+      check(cudaMemcpy(scales + m.scales.size() * e, m.scales.data(), m.scales.size(), cudaMemcpyHostToDevice), "upload");
+    }
+    std::vector<float> g(kExperts, m.global_scale);
+    float* gs = arena.alloc<float>(kExperts, g.data());
+    const W4A16ExpertsDevice w{format, kExperts, pj.rows, pj.cols, m.rows_padded, m.cols_padded, words, scales, gs};
+    for (int64_t n : tokens) {
+      std::mt19937 rng{uint32_t(n)};
+      std::vector<std::vector<int32_t>> per(kExperts);
+      for (int64_t t = 0; t < n; ++t) {
+        std::set<int> chosen;
+        while (int(chosen.size()) < kTopK) chosen.insert(int(rng() % kExperts));
+        for (int e : chosen) per[size_t(e)].push_back(int32_t(t));
+      }
+      std::vector<int32_t> offsets{0}, x_rows;
+      int64_t max_per = 0, distinct = 0;
+      for (const auto& v : per) {
+        x_rows.insert(x_rows.end(), v.begin(), v.end());
+        offsets.push_back(int32_t(x_rows.size()));
+        max_per = std::max<int64_t>(max_per, int64_t(v.size()));
+        distinct += !v.empty();
+      }
+      std::vector<uint16_t> x(size_t(n * m.cols_padded), bf16_encode(0.5f));
+      MoeGemmArgs a;
+      a.x = arena.alloc<uint16_t>(x.size(), x.data());
+      a.offsets = arena.alloc<int32_t>(offsets.size(), offsets.data());
+      a.x_rows = arena.alloc<int32_t>(x_rows.size(), x_rows.data());
+      a.y = arena.alloc<float>(x_rows.size() * size_t(pj.rows));
+      a.n_assign = int64_t(x_rows.size());
+      a.max_per_expert = max_per;
+      a.k_splits = moe_w4a16_k_splits(distinct * (m.rows_padded / 16), m.cols_padded, sms);
+      CudaBenchRow row;
+      row.op = pj.name;
+      row.format = format_name(format);
+      row.tokens = n;
+      row.experts = distinct;
+      row.k_splits = a.k_splits;
+      auto time_split = [&](int k) {
+        a.k_splits = k;
+        return 1e6 * timer.seconds_per_call(iters, [&](int) { moe_w4a16_launch(w, a); });
+      };
+      row.us = time_split(row.k_splits);
+      sweep_splits(row, m.chunks(), time_split);
+      row.bytes = double(distinct) * double(m.bytes()) + double(x.size()) * 2;
+      finish_row(row, r, 2.0 * double(pj.rows) * double(pj.cols) * double(n * kTopK));
+      r.rows.push_back(row);
+    }
+  }
+  return r;
+}
+
+}  // namespace nibble
