@@ -117,7 +117,7 @@ fi
     # Fields by name, without jq or python (a bare image has neither for sure).
     sed -E 's/[{}"]//g' "$f" | awk -F, -v b="$b" '{
       for (i = 1; i <= NF; i++) { split($i, kv, ":"); v[kv[1]] = kv[2] }
-      printf "%-15s %-12s %6s %7s %5s %9.1f %8.0f %6.2f %7.3f %2s:%.0f\n", b, v["format"], v["tokens"], v["experts"],
+      printf "%-15s %-12s %6s %7s %5s %9.1f %8.0f %6.2f %7.3f %2s:%.1f\n", b, v["format"], v["tokens"], v["experts"],
              v["k_splits"], v["us"], v["gbps"], v["ratio"], v["tensor_ratio"], v["best_split"], v["best_us"] }'
   done
   [ -f "$RESULTS/memcheck.log" ] && { echo; echo "=== memcheck"; tail -4 "$RESULTS/memcheck.log"; }
