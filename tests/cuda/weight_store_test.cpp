@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 
 #include "device/cuda_device.h"
 #include "format/element.h"
@@ -22,6 +23,7 @@
 #include "kernels/cuda/weight_store_cuda.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 namespace {
@@ -118,14 +120,18 @@ const uint8_t* at(const FakeTarget& t, const StoreUpload& up, size_t e, size_t p
   return t.arena.data() + up.plan.entries[e].parts[p].offset;
 }
 
-TEST(WeightStore, UploadsEveryLayoutBitExactThroughTwoBuffers) {
+class WeightStoreUpload : public ::testing::TestWithParam<int> {};
+
+TEST_P(WeightStoreUpload, EveryLayoutBitExactThroughTwoBuffers) {
   Model model = make_model();
   FakeTarget t(uint64_t(1) << 30, uint64_t(1) << 30);
   std::vector<std::pair<uint64_t, uint64_t>> progress;
-  // 4 KiB staging: the widest strip (FP8, 224 padded columns x 16 rows =
-  // 3.5 KiB) fits, and every entry takes several pieces.
-  StoreUpload up = upload_weight_store(model.entries, t, 0, 4096,
-                                       [&](uint64_t d, uint64_t total) { progress.emplace_back(d, total); });
+  // Param: repack threads (0: none). 8 KiB staging: the widest strip (FP8,
+  // 224 padded columns x 16 rows = 3.5 KiB) fits twice, and every entry
+  // takes several pieces.
+  std::unique_ptr<ThreadPool> pool = GetParam() ? std::make_unique<ThreadPool>(GetParam()) : nullptr;
+  StoreUpload up = upload_weight_store(
+      model.entries, t, 0, 8192, [&](uint64_t d, uint64_t total) { progress.emplace_back(d, total); }, pool.get());
   EXPECT_EQ(t.allocations, 1);
   EXPECT_EQ(t.refills_while_pending, 0);
   EXPECT_EQ(t.out_of_bounds, 0);
@@ -183,6 +189,8 @@ TEST(WeightStore, UploadsEveryLayoutBitExactThroughTwoBuffers) {
   EXPECT_EQ(progress.back().second, sum);
   EXPECT_EQ(t.copied, sum);
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, WeightStoreUpload, ::testing::Values(0, 3));
 
 TEST(WeightStore, SizesFollowTheLayouts) {
   Model model = make_model();

@@ -14,6 +14,7 @@
 #include "kernels/cuda/w4a16_layout.h"
 #include "kernels/cuda/w4a16_repack.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace nibble {
 
@@ -132,7 +133,7 @@ void check_store_fits(const StorePlan& plan, const std::vector<StoreEntry>& entr
 }
 
 StoreUpload upload_weight_store(const std::vector<StoreEntry>& entries, StoreTarget& target, uint64_t reserve_bytes,
-                                uint64_t staging_bytes, const StoreProgress& progress) {
+                                uint64_t staging_bytes, const StoreProgress& progress, ThreadPool* pool) {
   StoreUpload up;
   up.plan = plan_weight_store(entries);
   uint64_t free_b = 0, total_b = 0;
@@ -179,12 +180,25 @@ StoreUpload upload_weight_store(const std::vector<StoreEntry>& entries, StoreTar
       stream(up.part(i, 0), e.raw, e.raw_bytes);
     } else if (e.layout == DeviceLayout::w4a16) {
       std::vector<float> gs;
-      for (size_t v = 0; v < e.views.size(); ++v) {
-        const W4A16Matrix m = repack_w4a16(e.views[v]);
-        stream(up.part(i, 0) + v * parts[0].per_view, reinterpret_cast<const uint8_t*>(m.words.data()),
-               m.words.size() * 4);
-        stream(up.part(i, 1) + v * parts[1].per_view, m.scales.data(), m.scales.size());
-        gs.push_back(m.global_scale);
+      // A batch of the stack's matrices repacked at once (one per thread),
+      // then streamed in order.
+      const size_t batch = pool ? size_t(pool->size()) : 1;
+      std::vector<W4A16Matrix> ms(batch);
+      for (size_t v0 = 0; v0 < e.views.size(); v0 += batch) {
+        const size_t nb = std::min(batch, e.views.size() - v0);
+        auto repack = [&](int64_t b, int64_t end, int) {
+          for (int64_t k = b; k < end; ++k) ms[size_t(k)] = repack_w4a16(e.views[v0 + size_t(k)]);
+        };
+        if (pool && nb > 1) pool->parallel_for(int64_t(nb), repack);
+        else repack(0, int64_t(nb), 0);
+        for (size_t k = 0; k < nb; ++k) {
+          const size_t v = v0 + k;
+          const W4A16Matrix& m = ms[k];
+          stream(up.part(i, 0) + v * parts[0].per_view, reinterpret_cast<const uint8_t*>(m.words.data()),
+                 m.words.size() * 4);
+          stream(up.part(i, 1) + v * parts[1].per_view, m.scales.data(), m.scales.size());
+          gs.push_back(m.global_scale);
+        }
       }
       stream(up.part(i, 2), reinterpret_cast<const uint8_t*>(gs.data()), gs.size() * 4);
     } else {
@@ -197,8 +211,13 @@ StoreUpload upload_weight_store(const std::vector<StoreEntry>& entries, StoreTar
         uint8_t* dst = up.part(i, 0) + v * parts[0].per_view;
         for (int64_t s = 0; s < strips; s += per_piece) {
           const int64_t s1 = std::min(strips, s + per_piece);
-          emit(dst + uint64_t(s) * strip_bytes, uint64_t(s1 - s) * strip_bytes,
-               [&](uint8_t* buf) { repack_mma_strips(w, s, s1, buf); });
+          emit(dst + uint64_t(s) * strip_bytes, uint64_t(s1 - s) * strip_bytes, [&](uint8_t* buf) {
+            auto part = [&](int64_t b, int64_t end, int) {
+              repack_mma_strips(w, s + b, s + end, buf + uint64_t(b) * strip_bytes);
+            };
+            if (pool) pool->parallel_for(s1 - s, part);
+            else part(0, s1 - s, 0);
+          });
         }
         const std::vector<float> sv = mma_scales(w);
         scales.insert(scales.end(), sv.begin(), sv.end());

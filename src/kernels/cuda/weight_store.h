@@ -22,6 +22,8 @@
 
 namespace nibble {
 
+class ThreadPool;
+
 // How a tensor sits in device memory.
 enum class DeviceLayout {
   w4a16,   // MXFP4 / NVFP4 matrices: the W4A16 kernels' repacked layout (w4a16_layout.h)
@@ -108,9 +110,11 @@ using StoreProgress = std::function<void(uint64_t done, uint64_t total)>;
 // allocates, then repacks every entry into the staging buffers and copies
 // it, alternating the two buffers so that the host fills one while the
 // other is in flight. staging_bytes: each buffer's size (at least one
-// 16-row strip of the widest mma matrix).
+// 16-row strip of the widest mma matrix). pool (may be null): repacks run on
+// its threads (the strips of a piece, or a batch of a stack's matrices),
+// since one core repacks only ~0.7 GB/s, far below a PCIe link.
 StoreUpload upload_weight_store(const std::vector<StoreEntry>& entries, StoreTarget& target, uint64_t reserve_bytes,
-                                uint64_t staging_bytes, const StoreProgress& progress = {});
+                                uint64_t staging_bytes, const StoreProgress& progress = {}, ThreadPool* pool = nullptr);
 
 // A progress bar on stderr ("upload cuda:0 [#####     ] 42%  12.3 / 29.1 GiB"),
 // redrawn at most every 1%.

@@ -75,11 +75,11 @@ class CudaTarget final : public StoreTarget {
 
 std::unique_ptr<CudaWeightStore> CudaWeightStore::load(const std::vector<StoreEntry>& entries, int device,
                                                        uint64_t reserve_bytes, const StoreProgress& progress,
-                                                       uint64_t staging_bytes) {
+                                                       uint64_t staging_bytes, ThreadPool* pool) {
   std::unique_ptr<CudaWeightStore> store(new CudaWeightStore());
   store->device_ = device;
   CudaTarget target(device);
-  store->upload_ = upload_weight_store(entries, target, reserve_bytes, staging_bytes, progress);
+  store->upload_ = upload_weight_store(entries, target, reserve_bytes, staging_bytes, progress, pool);
   target.keep();
   for (const StoreEntry& e : entries) {
     if (e.views.empty()) store->shapes_.push_back({e.layout, Format::int_index, 0, 0, 0});

@@ -21,7 +21,8 @@ class CudaWeightStore {
   // staging_bytes: each of the two pinned buffers. Throws nibble::Error.
   static std::unique_ptr<CudaWeightStore> load(const std::vector<StoreEntry>& entries, int device,
                                                uint64_t reserve_bytes, const StoreProgress& progress = {},
-                                               uint64_t staging_bytes = uint64_t(64) << 20);
+                                               uint64_t staging_bytes = uint64_t(64) << 20,
+                                               ThreadPool* pool = nullptr);
   ~CudaWeightStore();
   CudaWeightStore(const CudaWeightStore&) = delete;
   CudaWeightStore& operator=(const CudaWeightStore&) = delete;

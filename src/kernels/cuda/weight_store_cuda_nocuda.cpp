@@ -13,7 +13,7 @@ namespace {
 }  // namespace
 
 std::unique_ptr<CudaWeightStore> CudaWeightStore::load(const std::vector<StoreEntry>&, int, uint64_t,
-                                                       const StoreProgress&, uint64_t) {
+                                                       const StoreProgress&, uint64_t, ThreadPool*) {
   no_cuda();
 }
 CudaWeightStore::~CudaWeightStore() = default;
