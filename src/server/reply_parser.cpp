@@ -64,10 +64,23 @@ ReplyParser::ReplyParser(Start start, std::string forced_name) {
       state_ = State::InInvoke;
       name_ = std::move(forced_name);
       break;
+    case Start::Harmony:
+      state_ = State::Content;
+      harmony_ = std::make_unique<HarmonyReplyParser>();
+      break;
   }
 }
 
+ReplyDelta ReplyParser::from_harmony(HarmonyDelta d) {
+  ReplyDelta out;
+  out.reasoning = std::move(d.reasoning);
+  out.content = std::move(d.content);
+  for (ToolCall& c : d.tool_calls) out.tool_calls.push_back({calls_++, std::move(c.name), std::move(c.arguments)});
+  return out;
+}
+
 ReplyDelta ReplyParser::push(std::string_view text) {
+  if (harmony_) return from_harmony(harmony_->push(text));
   ReplyDelta out;
   buf_ += text;
   run(out, false);
@@ -75,6 +88,7 @@ ReplyDelta ReplyParser::push(std::string_view text) {
 }
 
 ReplyDelta ReplyParser::finish() {
+  if (harmony_) return from_harmony(harmony_->finish());
   ReplyDelta out;
   run(out, true);
   buf_.clear();  // an unfinished block (or text after one) is dropped
