@@ -29,7 +29,7 @@ namespace {
 std::vector<OptionSpec> options() {
   std::vector<OptionSpec> o = {
       {"--system", "TEXT", "a system prompt"},
-      {"--think", "", "thinking mode (replies start with their reasoning)"},
+      {"--think", "", "thinking mode (replies start with their reasoning; gpt-oss always reasons)"},
       {"--quiet", "", "no prompt marker and no speed line on stderr"},
   };
   for (auto& spec : text_generation_options()) o.push_back(spec);

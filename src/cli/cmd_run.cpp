@@ -24,8 +24,8 @@ std::vector<OptionSpec> options() {
   std::vector<OptionSpec> o = {
       {"-p,--prompt", "TEXT", "the prompt; - reads it from stdin (this or --file is required)"},
       {"-f,--file", "FILE", "read the prompt from FILE (no size limit, unlike an argument)"},
-      {"--chat", "", "send the prompt as a user message (chat encoding, non-thinking mode)"},
-      {"--think", "", "like --chat, in thinking mode (the reply starts with its reasoning)"},
+      {"--chat", "", "send the prompt as a user message (the model's chat format, non-thinking mode)"},
+      {"--think", "", "like --chat, in thinking mode (the reply starts with its reasoning; gpt-oss always reasons)"},
       {"--no-bos", "", "raw prompts: do not start with the BOS token"},
       {"--json", "", "print one JSON object at the end (ids, text, stop reason, timings) instead of streaming"},
       {"--n-probs", "N", "with --json: each token's log-probability and the N most likely alternatives (default 0)"},
