@@ -156,22 +156,36 @@ CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens
   struct Proj {
     const char* name;
     int64_t rows, cols;
+    bool gate_up;  // w1 and w3 in one launch, fused with the SwiGLU (what the engine runs)
   };
-  for (Proj pj : {Proj{"moe w1", 2048, 4096}, Proj{"moe w2", 4096, 2048}}) {
-    // 256 distinct experts (one random matrix's bytes copied, so each
-    // streams from its own addresses): 256 x 4.4 MB exceeds any L2.
+  for (Proj pj : {Proj{"moe w1", 2048, 4096, false}, Proj{"moe gate_up", 2048, 4096, true},
+                  Proj{"moe w2", 4096, 2048, false}}) {
+    // 256 distinct experts per projection (one random matrix's bytes copied,
+    // so each streams from its own addresses): 256 x 4.4 MB exceeds any L2.
     OwnedWeights one = random_weights(format, pj.rows, pj.cols, 42);
     const W4A16Matrix m = repack_w4a16(one.view);
     Arena arena;
-    uint32_t* words = arena.alloc<uint32_t>(m.words.size() * kExperts);
-    uint8_t* scales = arena.alloc<uint8_t>(m.scales.size() * kExperts);
-    for (int e = 0; e < kExperts; ++e) {
-      check(cudaMemcpy(words + m.words.size() * e, m.words.data(), m.words.size() * 4, cudaMemcpyHostToDevice), "upload");
-      check(cudaMemcpy(scales + m.scales.size() * e, m.scales.data(), m.scales.size(), cudaMemcpyHostToDevice), "upload");
+    auto upload_stack = [&]() {
+      uint32_t* words = arena.alloc<uint32_t>(m.words.size() * kExperts);
+      uint8_t* scales = arena.alloc<uint8_t>(m.scales.size() * kExperts);
+      for (int e = 0; e < kExperts; ++e) {
+        check(cudaMemcpy(words + m.words.size() * e, m.words.data(), m.words.size() * 4, cudaMemcpyHostToDevice),
+              "upload");
+        check(cudaMemcpy(scales + m.scales.size() * e, m.scales.data(), m.scales.size(), cudaMemcpyHostToDevice),
+              "upload");
+      }
+      std::vector<float> g(kExperts, m.global_scale);
+      float* gs = arena.alloc<float>(kExperts, g.data());
+      return W4A16ExpertsDevice{format, kExperts, pj.rows, pj.cols, m.rows_padded, m.cols_padded, words, scales, gs};
+    };
+    const W4A16ExpertsDevice w = upload_stack();
+    const W4A16ExpertsDevice w3 = pj.gate_up ? upload_stack() : w;
+    const int64_t ldh = (pj.rows + 63) / 64 * 64;
+    int32_t* tickets = nullptr;
+    if (pj.gate_up) {
+      tickets = arena.alloc<int32_t>(size_t(kExperts) * size_t(m.rows_padded / 16));
+      check(cudaMemset(tickets, 0, size_t(kExperts) * size_t(m.rows_padded / 16) * 4), "cudaMemset");
     }
-    std::vector<float> g(kExperts, m.global_scale);
-    float* gs = arena.alloc<float>(kExperts, g.data());
-    const W4A16ExpertsDevice w{format, kExperts, pj.rows, pj.cols, m.rows_padded, m.cols_padded, words, scales, gs};
     for (int64_t n : tokens) {
       std::mt19937 rng{uint32_t(n)};
       std::vector<std::vector<int32_t>> per(kExperts);
@@ -197,6 +211,15 @@ CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens
       a.n_assign = int64_t(x_rows.size());
       a.max_per_expert = max_per;
       a.k_splits = moe_w4a16_k_splits(distinct * (m.rows_padded / 16), m.cols_padded, sms);
+      MoeGateUpArgs gu;
+      if (pj.gate_up) {
+        gu.h = arena.alloc<uint16_t>(x_rows.size() * size_t(ldh));
+        gu.ldh = ldh;
+        gu.limit = 10.0f;
+        gu.scratch_g = a.y;
+        gu.scratch_u = arena.alloc<float>(x_rows.size() * size_t(pj.rows));
+        gu.tickets = tickets;
+      }
       CudaBenchRow row;
       row.op = pj.name;
       row.format = format_name(format);
@@ -205,12 +228,17 @@ CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens
       row.k_splits = a.k_splits;
       auto time_split = [&](int k) {
         a.k_splits = k;
-        return 1e6 * timer.seconds_per_call(iters, [&](int) { moe_w4a16_launch(w, a); });
+        gu.gemm = a;
+        return 1e6 * timer.seconds_per_call(iters, [&](int) {
+          if (pj.gate_up) moe_w4a16_gate_up_launch(w, w3, gu);
+          else moe_w4a16_launch(w, a);
+        });
       };
       row.us = time_split(row.k_splits);
       sweep_splits(row, m.chunks(), time_split);
-      row.bytes = double(distinct) * double(m.bytes()) + double(x.size()) * 2;
-      finish_row(row, r, 2.0 * double(pj.rows) * double(pj.cols) * double(n * kTopK));
+      const double projections = pj.gate_up ? 2 : 1;
+      row.bytes = projections * double(distinct) * double(m.bytes()) + double(x.size()) * 2;
+      finish_row(row, r, projections * 2.0 * double(pj.rows) * double(pj.cols) * double(n * kTopK));
       r.rows.push_back(row);
     }
   }

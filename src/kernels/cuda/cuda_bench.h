@@ -14,7 +14,7 @@
 namespace nibble {
 
 struct CudaBenchRow {
-  std::string op;       // "linear", "moe w1", "moe w2"
+  std::string op;       // "linear", "moe w1", "moe gate_up" (w1 + w3 fused with the SwiGLU), "moe w2"
   std::string format;
   int64_t tokens = 0;
   int64_t experts = 0;  // moe: distinct experts the tokens route to
@@ -39,8 +39,9 @@ struct CudaBenchReport {
 // calls per row (after one warm-up).
 CudaBenchReport cuda_bench_linear(Format format, int64_t rows, int64_t cols, const std::vector<int64_t>& tokens,
                                   int iters);
-// DeepSeek-V4-Flash's MoE layer shape: 256 experts, top-6, w1 [2048, 4096]
-// and w2 [4096, 2048] in `format` (mxfp4 / nvfp4), uniform random routing.
+// DeepSeek-V4-Flash's MoE layer shape: 256 experts, top-6, w1 / w3 [2048,
+// 4096] and w2 [4096, 2048] in `format` (mxfp4 / nvfp4), uniform random
+// routing: w1 alone, w1 + w3 fused with the SwiGLU, and w2.
 CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens, int iters);
 
 }  // namespace nibble
