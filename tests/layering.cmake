@@ -1,4 +1,4 @@
-# The include rule of docs/structures.md, checked on every file under src/
+# The include rule of docs/structures.md, checked on every file under src/ (.cu / .cuh too)
 # and include/ (run by ctest as `layering`): a layer includes only itself
 # and the layers listed for it, so dependencies point one way
 #   util < format < checkpoint, device < kernels < model < runtime < cli
@@ -27,7 +27,8 @@ set(allowed_cli "nibble;server;runtime;kernels;convert;checkpoint;device;format;
 set(forbidden_system_kernels "nlohmann/")
 set(forbidden_why_kernels "kernels/ does not read config.json or other JSON (the model supplies its layout)")
 
-file(GLOB_RECURSE files RELATIVE ${ROOT} ${ROOT}/src/*.cpp ${ROOT}/src/*.h ${ROOT}/include/*.h)
+file(GLOB_RECURSE files RELATIVE ${ROOT} ${ROOT}/src/*.cpp ${ROOT}/src/*.h ${ROOT}/src/*.cu ${ROOT}/src/*.cuh
+     ${ROOT}/include/*.h)
 set(bad 0)
 foreach(f ${files})
   if(f MATCHES "^include/")
