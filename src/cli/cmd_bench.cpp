@@ -677,10 +677,15 @@ int bench_cuda(const std::string& what, const ParsedArgs& args, bool json) {
     std::printf("bench %s --device cuda: skipped: %s\n", what.c_str(), cuda_probe().error.c_str());
     return 0;
   }
-  const CudaBenchReport r =
+  CudaBenchReport r =
       what == "linear" ? cuda_bench_linear(*format, args.integer("--rows", 4096, 1, 1 << 20),
                                            args.integer("--cols", 4096, 1, 1 << 20), tokens, iters)
                        : cuda_bench_moe(*format, tokens, iters);
+  if (what == "moe") {
+    // The whole layer as the backend will launch it, after the kernels alone.
+    const CudaBenchReport layer = cuda_bench_moe_layer(*format, tokens, iters);
+    r.rows.insert(r.rows.end(), layer.rows.begin(), layer.rows.end());
+  }
   if (!json)
     std::printf("device %s: read bandwidth %.0f GB/s (measured now), BF16 tensor peak %.0f TFLOP/s (nominal)\n",
                 r.device.c_str(), r.read_gbps, r.tc_peak_gflops / 1e3);

@@ -14,7 +14,9 @@
 #include "device/cuda_device.h"
 #include "format/element.h"
 #include "kernels/cuda/linear_mma.h"
+#include "kernels/cuda/moe_router.h"
 #include "kernels/cuda/moe_w4a16.h"
+#include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/w4a16_repack.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
@@ -103,6 +105,21 @@ void sweep_splits(CudaBenchRow& row, int64_t chunks, F&& time_split) {
       row.best_split = k;
     }
   }
+}
+
+// 0, 1, ..., n-1 on the device (the down projection reads h in
+// assignment order), made once per size.
+const int32_t* identity_rows(int64_t n) {
+  static std::vector<std::pair<int64_t, int32_t*>> made;  // freed at exit: benchmark only
+  for (auto& [m, p] : made)
+    if (m == n) return p;
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t(i);
+  int32_t* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * 4), "cudaMalloc");
+  check(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+  made.emplace_back(n, p);
+  return p;
 }
 
 }  // namespace
@@ -241,6 +258,154 @@ CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens
       finish_row(row, r, projections * 2.0 * double(pj.rows) * double(pj.cols) * double(n * kTopK));
       r.rows.push_back(row);
     }
+  }
+  return r;
+}
+
+CudaBenchReport cuda_bench_moe_layer(Format format, const std::vector<int64_t>& tokens, int iters) {
+  if (format != Format::mxfp4 && format != Format::nvfp4)
+    fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4 or nvfp4, not ", format_name(format));
+  constexpr int64_t kExperts = 256, kTopK = 6, kHidden = 4096, kInter = 2048;
+  CudaBenchReport r = start_report();
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  Arena arena;
+  // Routed experts: one random matrix per projection copied to 256 places.
+  auto stack = [&](int64_t rows, int64_t cols, uint64_t seed) {
+    OwnedWeights one = random_weights(format, rows, cols, seed);
+    const W4A16Matrix m = repack_w4a16(one.view);
+    uint32_t* words = arena.alloc<uint32_t>(m.words.size() * kExperts);
+    uint8_t* scales = arena.alloc<uint8_t>(m.scales.size() * kExperts);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      check(cudaMemcpy(words + m.words.size() * e, m.words.data(), m.words.size() * 4, cudaMemcpyHostToDevice), "upload");
+      check(cudaMemcpy(scales + m.scales.size() * e, m.scales.data(), m.scales.size(), cudaMemcpyHostToDevice), "upload");
+    }
+    std::vector<float> g(size_t(kExperts), m.global_scale);
+    float* gs = arena.alloc<float>(size_t(kExperts), g.data());
+    return std::make_pair(W4A16ExpertsDevice{format, kExperts, rows, cols, m.rows_padded, m.cols_padded, words, scales, gs},
+                          m.bytes());
+  };
+  const auto w1_pair = stack(kInter, kHidden, 1);
+  const W4A16ExpertsDevice w1 = w1_pair.first;
+  const uint64_t expert_proj_bytes = w1_pair.second;
+  const auto w3 = stack(kInter, kHidden, 2).first;
+  const auto w2 = stack(kHidden, kInter, 3).first;
+  // The router (BF16 [256, 4096], bias) and the FP8 shared expert, as DeepSeek-V4 ships them.
+  auto linear = [&](Format f, int64_t rows, int64_t cols, uint64_t seed) {
+    OwnedWeights w = random_weights(f, rows, cols, seed);
+    const MmaMatrix m = repack_mma(w.view);
+    MmaWeightsDevice d = mma_device_shape(m);
+    d.words = arena.alloc<uint8_t>(m.words.size(), m.words.data());
+    d.scales = m.scales.empty() ? nullptr : arena.alloc<float>(m.scales.size(), m.scales.data());
+    return std::make_pair(d, m.bytes());
+  };
+  const auto gate_pair = linear(Format::bf16, kExperts, kHidden, 4);
+  const auto s1_pair = linear(Format::fp8_block128, kInter, kHidden, 5);
+  const MmaWeightsDevice gate = gate_pair.first, s1 = s1_pair.first;
+  const uint64_t gate_bytes = gate_pair.second, shared_bytes = s1_pair.second;
+  const auto s3 = linear(Format::fp8_block128, kInter, kHidden, 6).first;
+  const auto s2 = linear(Format::fp8_block128, kHidden, kInter, 7).first;
+  std::vector<float> bias(static_cast<size_t>(kExperts));
+  random_normal(bias.data(), kExperts, 8, 0.01f);
+  const float* d_bias = arena.alloc<float>(bias.size(), bias.data());
+  int32_t* tickets = arena.alloc<int32_t>(size_t(kExperts * (kInter / 16)));
+  check(cudaMemset(tickets, 0, size_t(kExperts * (kInter / 16)) * 4), "cudaMemset");
+  int32_t* error = arena.alloc<int32_t>(1);
+  check(cudaMemset(error, 0, 4), "cudaMemset");
+  Timer timer;
+  for (int64_t n : tokens) {
+    const int64_t na = n * kTopK;
+    std::vector<float> x(size_t(n * kHidden));
+    random_normal(x.data(), int64_t(x.size()), uint64_t(n));
+    const float* dx = arena.alloc<float>(x.size(), x.data());
+    uint16_t* xb = arena.alloc<uint16_t>(size_t(n * kHidden));
+    float* logits = arena.alloc<float>(size_t(n * kExperts));
+    int32_t* experts = arena.alloc<int32_t>(size_t(na));
+    float* weights = arena.alloc<float>(size_t(na));
+    int32_t* offsets = arena.alloc<int32_t>(size_t(kExperts + 1));
+    int32_t* x_rows = arena.alloc<int32_t>(size_t(na));
+    int32_t* slots = arena.alloc<int32_t>(size_t(na));
+    uint16_t* h = arena.alloc<uint16_t>(size_t(na * kInter));
+    float* sg = arena.alloc<float>(size_t(na * kInter));
+    float* su = arena.alloc<float>(size_t(na * kInter));
+    float* ya = arena.alloc<float>(size_t(na * kHidden));
+    float* g = arena.alloc<float>(size_t(n * kInter));
+    float* u = arena.alloc<float>(size_t(n * kInter));
+    uint16_t* hs = arena.alloc<uint16_t>(size_t(n * kInter));
+    float* ys = arena.alloc<float>(size_t(n * kHidden));
+    float* y = arena.alloc<float>(size_t(n * kHidden));
+    // Without a host sync the launcher knows only bounds: at most n tokens
+    // per expert, at most min(6n, 256) experts busy.
+    const int64_t busy = std::min<int64_t>(na, kExperts);
+    const int ks_up = moe_w4a16_k_splits(busy * (kInter / 16), kHidden, sms);
+    const int ks_down = moe_w4a16_k_splits(busy * (kHidden / 16), kInter, sms);
+    auto lin = [&](const MmaWeightsDevice& w, const uint16_t* in, float* out) {
+      linear_mma_launch(w, in, n, out, linear_mma_k_splits(w.rows_padded, w.cols_padded / (w.format == Format::bf16 ? 16 : 32), sms));
+    };
+    auto step = [&](int) {
+      to_bf16_padded(dx, n, kHidden, kHidden, xb);
+      lin(gate, xb, logits);
+      RouteDeviceArgs ra;
+      ra.logits = logits;
+      ra.bias = d_bias;
+      ra.n = n;
+      ra.n_experts = kExperts;
+      ra.top_k = kTopK;
+      ra.routed_scaling = 1.5f;
+      ra.experts = experts;
+      ra.weights = weights;
+      ra.error = error;
+      moe_route_launch(ra);
+      moe_group_launch(experts, n, kTopK, kExperts, offsets, x_rows, slots);
+      MoeGateUpArgs gu;
+      gu.gemm.x = xb;
+      gu.gemm.offsets = offsets;
+      gu.gemm.x_rows = x_rows;
+      gu.gemm.n_assign = na;
+      gu.gemm.max_per_expert = n;
+      gu.gemm.k_splits = ks_up;
+      gu.h = h;
+      gu.ldh = kInter;
+      gu.limit = 10.0f;
+      gu.scratch_g = sg;
+      gu.scratch_u = su;
+      gu.tickets = tickets;
+      moe_w4a16_gate_up_launch(w1, w3, gu);
+      MoeGemmArgs down;
+      down.x = h;
+      down.offsets = offsets;
+      down.x_rows = nullptr;
+      down.n_assign = na;
+      down.max_per_expert = n;
+      down.k_splits = ks_down;
+      // h is one row per assignment, in assignment order: x_rows = identity.
+      down.x_rows = identity_rows(na);
+      down.y = ya;
+      moe_w4a16_launch(w2, down);
+      lin(s1, xb, g);
+      lin(s3, xb, u);
+      swiglu_bf16_launch(g, u, n, kInter, kInter, 10.0f, hs);
+      lin(s2, hs, ys);
+      moe_combine_launch(ya, slots, weights, ys, n, kTopK, kHidden, y);
+    };
+    CudaBenchRow row;
+    row.op = "moe layer";
+    row.format = format_name(format);
+    row.tokens = n;
+    row.k_splits = ks_up;
+    row.us = 1e6 * timer.seconds_per_call(iters, step);
+    row.best_split = ks_up;
+    row.best_us = row.us;
+    std::vector<int32_t> off(size_t(kExperts + 1));
+    check(cudaMemcpy(off.data(), offsets, off.size() * 4, cudaMemcpyDeviceToHost), "download");
+    int32_t err = 0;
+    check(cudaMemcpy(&err, error, 4, cudaMemcpyDeviceToHost), "download");
+    if (err) fail("bench moe layer: the router flagged token ", err - 1);
+    for (int64_t e = 0; e < kExperts; ++e) row.experts += off[size_t(e + 1)] > off[size_t(e)];
+    row.bytes = double(row.experts) * 3 * double(expert_proj_bytes) + double(gate_bytes) + 3 * double(shared_bytes) +
+                double(n * kHidden) * 4;
+    finish_row(row, r, 2.0 * double(n) * double(kHidden) * double(kExperts + 3 * kInter * (kTopK + 1)));
+    r.rows.push_back(row);
   }
   return r;
 }

@@ -14,7 +14,7 @@
 namespace nibble {
 
 struct CudaBenchRow {
-  std::string op;       // "linear", "moe w1", "moe gate_up" (w1 + w3 fused with the SwiGLU), "moe w2"
+  std::string op;       // "linear", "moe w1", "moe gate_up" (w1 + w3 fused with the SwiGLU), "moe w2", "moe layer"
   std::string format;
   int64_t tokens = 0;
   int64_t experts = 0;  // moe: distinct experts the tokens route to
@@ -43,5 +43,12 @@ CudaBenchReport cuda_bench_linear(Format format, int64_t rows, int64_t cols, con
 // 4096] and w2 [4096, 2048] in `format` (mxfp4 / nvfp4), uniform random
 // routing: w1 alone, w1 + w3 fused with the SwiGLU, and w2.
 CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens, int iters);
+// The whole MoE layer at that shape, as the CUDA backend will launch it, with
+// no host sync: activations to BF16, router logits (BF16 [256, 4096]
+// linear), routing with bias, grouping, fused gate/up + SwiGLU, down, the
+// FP8 shared expert (two linears, SwiGLU, one linear) and the combine. One
+// row per token count, op "moe layer"; bytes are the weights the step reads
+// (the experts actually routed to, counted after the run) plus x.
+CudaBenchReport cuda_bench_moe_layer(Format format, const std::vector<int64_t>& tokens, int iters);
 
 }  // namespace nibble

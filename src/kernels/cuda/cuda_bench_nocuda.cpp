@@ -13,5 +13,6 @@ namespace {
 
 CudaBenchReport cuda_bench_linear(Format, int64_t, int64_t, const std::vector<int64_t>&, int) { no_cuda(); }
 CudaBenchReport cuda_bench_moe(Format, const std::vector<int64_t>&, int) { no_cuda(); }
+CudaBenchReport cuda_bench_moe_layer(Format, const std::vector<int64_t>&, int) { no_cuda(); }
 
 }  // namespace nibble
