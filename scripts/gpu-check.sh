@@ -62,7 +62,7 @@ gpus=0
 } | tee -a "$summary"
 command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
-step test_cuda 180 "$BUNDLE/bin/test_cuda" --gtest_color=no
+step test_cuda 150 "$BUNDLE/bin/test_cuda" --gtest_color=no
 # With a GPU present, a skipped test means the binary could not use it.
 skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z]' "$RESULTS/test_cuda.log" || true)
 if [ "$gpus" -gt 0 ] && [ "$skipped" -gt 0 ]; then
@@ -77,22 +77,23 @@ for k in cuda_w4a16 cuda_fp8_mma cuda_bf16_mma; do
 done
 # The benchmarks: one JSON line per row; a skipped one with a GPU present fails.
 bench() {
-  local name=$1
-  shift
-  step "$name" 40 "$nibble" bench "$@" --device cuda --json --iters 30
+  local name=$1 limit=$2
+  shift 2
+  step "$name" "$limit" "$nibble" bench "$@" --device cuda --json --iters 30
   if grep -q skipped "$RESULTS/$name.log"; then fail_check "$name" "skipped: $(head -1 "$RESULTS/$name.log")"; fi
   grep '^{' "$RESULTS/$name.log" >"$RESULTS/$name.jsonl" || true
 }
-bench moe_mxfp4 moe --format mxfp4
-bench moe_nvfp4 moe --format nvfp4
-bench fp8_4096x4096 linear --format fp8_block128 --rows 4096 --cols 4096
-bench fp8_16384x4096 linear --format fp8_block128 --rows 16384 --cols 4096
-bench fp8_32768x1024 linear --format fp8_block128 --rows 32768 --cols 1024
-bench bf16_16384x4096 linear --format bf16 --rows 16384 --cols 4096
+# moe: w1, fused gate/up, w2 and the whole layer (3.4 GB of experts to upload).
+bench moe_mxfp4 60 moe --format mxfp4
+bench moe_nvfp4 60 moe --format nvfp4
+bench fp8_4096x4096 40 linear --format fp8_block128 --rows 4096 --cols 4096
+bench fp8_16384x4096 40 linear --format fp8_block128 --rows 16384 --cols 4096
+bench fp8_32768x1024 40 linear --format fp8_block128 --rows 32768 --cols 1024
+bench bf16_16384x4096 40 linear --format bf16 --rows 16384 --cols 4096
 # Out-of-bounds accesses on the awkward shapes (compute-sanitizer may refuse
 # the device in some sandboxes: reported, not counted).
 if command -v compute-sanitizer >/dev/null && [ "$gpus" -gt 0 ]; then
-  step -optional memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUNDLE/bin/test_cuda" \
+  step -optional memcheck 80 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUNDLE/bin/test_cuda" \
     --gtest_color=no \
     --gtest_filter='MoeW4A16Gpu.FixedAwkwardShapes:MoeW4A16Gpu.FusedGateUpSwiglu:LinearMmaGpu.FixedAwkwardShapes:MoeRouterGpu.*:SwigluGpu.*:WeightStoreGpu.*'
 fi
