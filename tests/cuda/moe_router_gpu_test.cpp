@@ -103,10 +103,12 @@ void run_case(int64_t E, int64_t K, ScoringFunc f, bool bias, bool hash, int64_t
         EXPECT_EQ(ge, l.table[size_t(int64_t(ids[size_t(t)]) * K + k)]);
       }
     }
-    // Descending keys in the GPU's order (top-k routing).
+    // Descending keys in the GPU's order (top-k routing), up to the near-tie
+    // distance (the GPU ranks its own keys, a few ulp from these).
     if (!hash) {
       for (int64_t k = 1; k < K; ++k) {
-        EXPECT_GE(key[size_t(got.experts[size_t(t * K + k - 1)])], key[size_t(got.experts[size_t(t * K + k)])]);
+        const float a = key[size_t(got.experts[size_t(t * K + k - 1)])], b = key[size_t(got.experts[size_t(t * K + k)])];
+        EXPECT_GE(a + std::ldexp(std::fabs(a), -18), b) << "token " << t << " rank " << k;
       }
     }
   }
@@ -167,9 +169,11 @@ TEST(MoeRouterGpu, CombineMatchesTheHostSum) {
     const std::vector<float> y = moe_combine_run_host(ya, slots, wts, with_shared ? sh : std::vector<float>{}, n, K, D);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t d = 0; d < D; ++d) {
-        // Same order as the kernel (k ascending, then the shared expert):
-        // the f32 results must agree to the bit unless the compiler fused
-        // differently; allow 4 roundings of the magnitude.
+        // Same order as the kernel (k ascending, then the shared expert).
+        // The GPU may contract each multiply-add into one fma, the host
+        // rounds the product and the sum: each side has at most 2K + 1
+        // roundings of at most 2^-24 of the magnitude, so they differ by at
+        // most (2K + 1) * 2^-23 of it.
         float want = 0.0f, mag = 0.0f;
         for (int64_t k = 0; k < K; ++k) {
           const float term = wts[size_t(t * K + k)] * ya[size_t(slots[size_t(t * K + k)]) * size_t(D) + size_t(d)];
@@ -180,7 +184,7 @@ TEST(MoeRouterGpu, CombineMatchesTheHostSum) {
           want += sh[size_t(t * D + d)];
           mag += std::fabs(sh[size_t(t * D + d)]);
         }
-        EXPECT_LE(std::fabs(y[size_t(t * D + d)] - want), 4 * std::ldexp(mag, -23)) << t << " " << d;
+        EXPECT_LE(std::fabs(y[size_t(t * D + d)] - want), double(2 * K + 1) * std::ldexp(mag, -23)) << t << " " << d;
       }
   }
 }

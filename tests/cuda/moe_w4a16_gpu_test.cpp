@@ -196,7 +196,8 @@ void run_gate_up(Format f, int64_t inter, int64_t hidden, const std::vector<int3
     limit = mags[mags.size() / 2];
   }
   const std::vector<float> h = moe_w4a16_gate_up_run_host(w1, w3, xb16, offsets, x_rows, limit, k_splits);
-  const double k = double(hidden), acc_u = (k + k / 8 + 8) * std::ldexp(1.0, -23);
+  // The GEMM bound above with this run's split: K + K/8 + k_splits + 2 roundings.
+  const double k = double(hidden), acc_u = (k + k / 8 + k_splits + 2) * std::ldexp(1.0, -23);
   std::vector<float> g(size_t(n_tokens * inter)), u(g.size()), r1(static_cast<size_t>(hidden)), r3(static_cast<size_t>(hidden));
   int bad = 0, clamped = 0;
   for (size_t e = 0; e < counts.size(); ++e) {

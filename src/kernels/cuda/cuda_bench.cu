@@ -165,7 +165,7 @@ CudaBenchReport cuda_bench_linear(Format format, int64_t rows, int64_t cols, con
 CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens, int iters) {
   if (format != Format::mxfp4 && format != Format::nvfp4)
     fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4 or nvfp4, not ", format_name(format));
-  constexpr int kExperts = 256, kTopK = 6;
+  constexpr int kExperts = 256, kTopK = 6, kRoutings = 8;
   CudaBenchReport r = start_report();
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
@@ -204,57 +204,73 @@ CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens
       check(cudaMemset(tickets, 0, size_t(kExperts) * size_t(m.rows_padded / 16) * 4), "cudaMemset");
     }
     for (int64_t n : tokens) {
-      std::mt19937 rng{uint32_t(n)};
-      std::vector<std::vector<int32_t>> per(kExperts);
-      for (int64_t t = 0; t < n; ++t) {
-        std::set<int> chosen;
-        while (int(chosen.size()) < kTopK) chosen.insert(int(rng() % kExperts));
-        for (int e : chosen) per[size_t(e)].push_back(int32_t(t));
-      }
-      std::vector<int32_t> offsets{0}, x_rows;
-      int64_t max_per = 0, distinct = 0;
-      for (const auto& v : per) {
-        x_rows.insert(x_rows.end(), v.begin(), v.end());
-        offsets.push_back(int32_t(x_rows.size()));
-        max_per = std::max<int64_t>(max_per, int64_t(v.size()));
-        distinct += !v.empty();
-      }
+      // kRoutings different routings, one per call in turn: a call's experts
+      // were last read 7 calls earlier (>= 8 x 6 x 4.4 MB past the L2 at
+      // one token), so they stream from HBM as a real decode step's do.
+      std::vector<MoeGemmArgs> as(kRoutings);
+      double distinct_sum = 0;
+      int64_t busy_max = 0;
       std::vector<uint16_t> x(size_t(n * m.cols_padded), bf16_encode(0.5f));
-      MoeGemmArgs a;
-      a.x = arena.alloc<uint16_t>(x.size(), x.data());
-      a.offsets = arena.alloc<int32_t>(offsets.size(), offsets.data());
-      a.x_rows = arena.alloc<int32_t>(x_rows.size(), x_rows.data());
-      a.y = arena.alloc<float>(x_rows.size() * size_t(pj.rows));
-      a.n_assign = int64_t(x_rows.size());
-      a.max_per_expert = max_per;
-      a.k_splits = moe_w4a16_k_splits(distinct * (m.rows_padded / 16), m.cols_padded, sms);
+      const uint16_t* dx = arena.alloc<uint16_t>(x.size(), x.data());
+      float* dy = arena.alloc<float>(size_t(n * kTopK) * size_t(pj.rows));
+      for (int q = 0; q < kRoutings; ++q) {
+        std::mt19937 rng{uint32_t(n * 1000 + q)};
+        std::vector<std::vector<int32_t>> per(kExperts);
+        for (int64_t t = 0; t < n; ++t) {
+          std::set<int> chosen;
+          while (int(chosen.size()) < kTopK) chosen.insert(int(rng() % kExperts));
+          for (int e : chosen) per[size_t(e)].push_back(int32_t(t));
+        }
+        std::vector<int32_t> offsets{0}, x_rows;
+        int64_t max_per = 0, distinct = 0;
+        for (const auto& v : per) {
+          x_rows.insert(x_rows.end(), v.begin(), v.end());
+          offsets.push_back(int32_t(x_rows.size()));
+          max_per = std::max<int64_t>(max_per, int64_t(v.size()));
+          distinct += !v.empty();
+        }
+        MoeGemmArgs& a = as[size_t(q)];
+        a.x = dx;
+        a.offsets = arena.alloc<int32_t>(offsets.size(), offsets.data());
+        a.x_rows = arena.alloc<int32_t>(x_rows.size(), x_rows.data());
+        a.y = dy;
+        a.n_assign = int64_t(x_rows.size());
+        a.max_per_expert = max_per;
+        distinct_sum += double(distinct);
+        busy_max = std::max(busy_max, distinct);
+      }
+      const double distinct = distinct_sum / kRoutings;
       MoeGateUpArgs gu;
       if (pj.gate_up) {
-        gu.h = arena.alloc<uint16_t>(x_rows.size() * size_t(ldh));
+        gu.h = arena.alloc<uint16_t>(size_t(n * kTopK) * size_t(ldh));
         gu.ldh = ldh;
         gu.limit = 10.0f;
-        gu.scratch_g = a.y;
-        gu.scratch_u = arena.alloc<float>(x_rows.size() * size_t(pj.rows));
+        gu.scratch_g = dy;
+        gu.scratch_u = arena.alloc<float>(size_t(n * kTopK) * size_t(pj.rows));
         gu.tickets = tickets;
       }
       CudaBenchRow row;
       row.op = pj.name;
       row.format = format_name(format);
       row.tokens = n;
-      row.experts = distinct;
-      row.k_splits = a.k_splits;
+      row.experts = int64_t(distinct + 0.5);
+      row.k_splits = moe_w4a16_k_splits(busy_max * (m.rows_padded / 16), m.cols_padded, sms);
       auto time_split = [&](int k) {
-        a.k_splits = k;
-        gu.gemm = a;
-        return 1e6 * timer.seconds_per_call(iters, [&](int) {
-          if (pj.gate_up) moe_w4a16_gate_up_launch(w, w3, gu);
-          else moe_w4a16_launch(w, a);
+        return 1e6 * timer.seconds_per_call(iters, [&](int i) {
+          MoeGemmArgs a = as[size_t(i % kRoutings)];
+          a.k_splits = k;
+          if (pj.gate_up) {
+            gu.gemm = a;
+            moe_w4a16_gate_up_launch(w, w3, gu);
+          } else {
+            moe_w4a16_launch(w, a);
+          }
         });
       };
       row.us = time_split(row.k_splits);
       sweep_splits(row, m.chunks(), time_split);
       const double projections = pj.gate_up ? 2 : 1;
-      row.bytes = projections * double(distinct) * double(m.bytes()) + double(x.size()) * 2;
+      row.bytes = projections * distinct * double(m.bytes()) + double(x.size()) * 2;
       finish_row(row, r, projections * 2.0 * double(pj.rows) * double(pj.cols) * double(n * kTopK));
       r.rows.push_back(row);
     }
@@ -266,6 +282,7 @@ CudaBenchReport cuda_bench_moe_layer(Format format, const std::vector<int64_t>& 
   if (format != Format::mxfp4 && format != Format::nvfp4)
     fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4 or nvfp4, not ", format_name(format));
   constexpr int64_t kExperts = 256, kTopK = 6, kHidden = 4096, kInter = 2048;
+  constexpr int kRoutings = 8;
   CudaBenchReport r = start_report();
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
@@ -315,9 +332,14 @@ CudaBenchReport cuda_bench_moe_layer(Format format, const std::vector<int64_t>& 
   Timer timer;
   for (int64_t n : tokens) {
     const int64_t na = n * kTopK;
-    std::vector<float> x(size_t(n * kHidden));
-    random_normal(x.data(), int64_t(x.size()), uint64_t(n));
-    const float* dx = arena.alloc<float>(x.size(), x.data());
+    // kRoutings different inputs, one per call in turn, so that the experts
+    // they route to were not read just before (L2): as in cuda_bench_moe.
+    std::vector<const float*> dxs;
+    for (int q = 0; q < kRoutings; ++q) {
+      std::vector<float> x(static_cast<size_t>(n * kHidden));
+      random_normal(x.data(), int64_t(x.size()), uint64_t(n * 1000 + q));
+      dxs.push_back(arena.alloc<float>(x.size(), x.data()));
+    }
     uint16_t* xb = arena.alloc<uint16_t>(size_t(n * kHidden));
     float* logits = arena.alloc<float>(size_t(n * kExperts));
     int32_t* experts = arena.alloc<int32_t>(size_t(na));
@@ -342,8 +364,8 @@ CudaBenchReport cuda_bench_moe_layer(Format format, const std::vector<int64_t>& 
     auto lin = [&](const MmaWeightsDevice& w, const uint16_t* in, float* out) {
       linear_mma_launch(w, in, n, out, linear_mma_k_splits(w.rows_padded, w.cols_padded / (w.format == Format::bf16 ? 16 : 32), sms));
     };
-    auto step = [&](int) {
-      to_bf16_padded(dx, n, kHidden, kHidden, xb);
+    auto step = [&](int i) {
+      to_bf16_padded(dxs[size_t(i % kRoutings)], n, kHidden, kHidden, xb);
       lin(gate, xb, logits);
       RouteDeviceArgs ra;
       ra.logits = logits;
@@ -396,13 +418,20 @@ CudaBenchReport cuda_bench_moe_layer(Format format, const std::vector<int64_t>& 
     row.us = 1e6 * timer.seconds_per_call(iters, step);
     row.best_split = ks_up;
     row.best_us = row.us;
-    std::vector<int32_t> off(size_t(kExperts + 1));
-    check(cudaMemcpy(off.data(), offsets, off.size() * 4, cudaMemcpyDeviceToHost), "download");
+    // The experts each input routes to, counted by running each once more.
+    double distinct = 0;
+    for (int q = 0; q < kRoutings; ++q) {
+      step(q);
+      std::vector<int32_t> off(static_cast<size_t>(kExperts + 1));
+      check(cudaMemcpy(off.data(), offsets, off.size() * 4, cudaMemcpyDeviceToHost), "download");
+      for (int64_t e = 0; e < kExperts; ++e) distinct += off[size_t(e + 1)] > off[size_t(e)];
+    }
+    distinct /= kRoutings;
     int32_t err = 0;
     check(cudaMemcpy(&err, error, 4, cudaMemcpyDeviceToHost), "download");
     if (err) fail("bench moe layer: the router flagged token ", err - 1);
-    for (int64_t e = 0; e < kExperts; ++e) row.experts += off[size_t(e + 1)] > off[size_t(e)];
-    row.bytes = double(row.experts) * 3 * double(expert_proj_bytes) + double(gate_bytes) + 3 * double(shared_bytes) +
+    row.experts = int64_t(distinct + 0.5);
+    row.bytes = distinct * 3 * double(expert_proj_bytes) + double(gate_bytes) + 3 * double(shared_bytes) +
                 double(n * kHidden) * 4;
     finish_row(row, r, 2.0 * double(n) * double(kHidden) * double(kExperts + 3 * kInter * (kTopK + 1)));
     r.rows.push_back(row);

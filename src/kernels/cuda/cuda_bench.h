@@ -1,6 +1,7 @@
 // `nibble bench linear|moe --device cuda`: the tensor-core kernels timed
-// with CUDA events on random weights that stream from HBM (copies cycled
-// past the L2), reported against this GPU's read bandwidth measured in the
+// with CUDA events on random weights that stream from HBM (linear: copies
+// cycled past the L2; moe: 8 routings in turn, so a call's experts were not
+// just read), reported against this GPU's read bandwidth measured in the
 // same run and its nominal BF16 tensor-core peak (performance.md: ratios to
 // the limit, never bare times).
 #pragma once
