@@ -40,6 +40,10 @@ std::pair<size_t, std::string_view> next_marker(std::string_view s, size_t from 
 
 }  // namespace
 
+HarmonyReplyParser::HarmonyReplyParser(std::string_view prefilled) {
+  if (!prefilled.empty()) push(prefilled);  // a header: nothing to show
+}
+
 HarmonyDelta HarmonyReplyParser::push(std::string_view text) {
   HarmonyDelta out;
   if (state_ == State::Ended) return out;

@@ -33,6 +33,10 @@ struct HarmonyDelta {
 
 class HarmonyReplyParser {
  public:
+  // `prefilled`: text the prompt already holds after "<|start|>assistant"
+  // (harmony_forced_call_header for a forced call); it is parsed, not shown.
+  explicit HarmonyReplyParser(std::string_view prefilled = "");
+
   HarmonyDelta push(std::string_view text);
   // The end of generation: held-back text is released; an open tool call is
   // reported when its arguments are complete JSON, else dropped.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
+#include "tokenizer/chat_harmony.h"
 #include "tokenizer/harmony_reply.h"
 
 namespace nibble {
@@ -124,6 +125,30 @@ TEST(HarmonyReply, ParseCompletionNumbersCalls) {
   EXPECT_TRUE(pc.finished);
   EXPECT_FALSE(parse_harmony_completion("<|channel|>final<|message|>cut").finished);
   EXPECT_TRUE(parse_harmony_completion("<|channel|>final<|message|>whole<|return|>").finished);
+}
+
+}  // namespace
+}  // namespace nibble
+
+namespace nibble {
+namespace {
+
+TEST(HarmonyReply, ForcedCallHeaderMakesTheReplyTheArguments) {
+  // A named tool_choice: the prompt already holds the call's header.
+  const std::string head = harmony_forced_call_header("get_weather");
+  EXPECT_EQ(head, " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>");
+  const std::string reply = "{\"city\": \"Rome\"}<|call|>";
+  for (size_t cut = 0; cut <= reply.size(); ++cut) {
+    HarmonyReplyParser p(head);
+    HarmonyDelta a = p.push(reply.substr(0, cut)), b = p.push(reply.substr(cut)), c = p.finish();
+    std::vector<ToolCall> calls = a.tool_calls;
+    calls.insert(calls.end(), b.tool_calls.begin(), b.tool_calls.end());
+    calls.insert(calls.end(), c.tool_calls.begin(), c.tool_calls.end());
+    ASSERT_EQ(calls.size(), 1u) << cut;
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, "{\"city\": \"Rome\"}");
+    EXPECT_TRUE(a.content.empty() && b.content.empty() && a.reasoning.empty());
+  }
 }
 
 }  // namespace
