@@ -171,6 +171,26 @@ void HarmonyReplyParser::run(HarmonyDelta& out, bool at_end) {
   }
 }
 
+std::string HarmonyTextView::show(const HarmonyDelta& d, bool at_end) {
+  std::string out;
+  if (!d.reasoning.empty()) {
+    if (!in_reasoning_) out += shown_ ? "\n<think>\n" : "<think>\n";
+    in_reasoning_ = shown_ = true;
+    out += d.reasoning;
+  }
+  if (!d.content.empty() || !d.tool_calls.empty() || at_end) {
+    if (in_reasoning_) out += "\n</think>\n\n";
+    in_reasoning_ = false;
+    out += d.content;
+    shown_ = shown_ || !d.content.empty();
+  }
+  for (const ToolCall& call : d.tool_calls) {
+    out += "\n[tool call] " + call.name + " " + call.arguments + "\n";
+    shown_ = true;
+  }
+  return out;
+}
+
 ParsedCompletion parse_harmony_completion(std::string_view text) {
   HarmonyReplyParser p;
   ParsedCompletion pc;

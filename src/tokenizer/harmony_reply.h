@@ -63,6 +63,21 @@ class HarmonyReplyParser {
   bool returned_ = false;
 };
 
+// A reply as a terminal shows it (`nibble chat`, `run --chat`): the analysis
+// channel inside "<think>\n" ... "\n</think>\n\n", then the answer, a tool
+// call as "\n[tool call] NAME ARGUMENTS\n"; no markers.
+class HarmonyTextView {
+ public:
+  std::string push(std::string_view text) { return show(parser_.push(text), false); }
+  std::string finish() { return show(parser_.finish(), true); }
+
+ private:
+  std::string show(const HarmonyDelta& d, bool at_end);
+  HarmonyReplyParser parser_;
+  bool in_reasoning_ = false;
+  bool shown_ = false;  // anything written yet
+};
+
 // A whole reply (the generated text, its stop token kept or not) as an
 // assistant message's parts.
 ParsedCompletion parse_harmony_completion(std::string_view text);

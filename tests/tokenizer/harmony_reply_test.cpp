@@ -153,3 +153,30 @@ TEST(HarmonyReply, ForcedCallHeaderMakesTheReplyTheArguments) {
 
 }  // namespace
 }  // namespace nibble
+
+namespace nibble {
+namespace {
+
+// Pieces in order, then finish() (operands of + are not sequenced).
+std::string view_of(const std::vector<std::string>& pieces) {
+  HarmonyTextView v;
+  std::string shown;
+  for (const auto& p : pieces) shown += v.push(p);
+  shown += v.finish();
+  return shown;
+}
+
+TEST(HarmonyTextView, ReasoningInThinkTagsThenTheAnswerAtEverySplit) {
+  const std::string reply =
+      "<|channel|>analysis<|message|>Sum it.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>";
+  for (size_t cut = 0; cut <= reply.size(); ++cut)
+    ASSERT_EQ(view_of({reply.substr(0, cut), reply.substr(cut)}), "<think>\nSum it.\n</think>\n\n4") << cut;
+  // The budget ended it inside the reasoning.
+  EXPECT_EQ(view_of({"<|channel|>analysis<|message|>Hmm"}), "<think>\nHmm\n</think>\n\n");
+  EXPECT_EQ(view_of({"<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>"}),
+            "\n[tool call] f {}\n");
+  EXPECT_EQ(view_of({"<|channel|>final<|message|>ok"}), "ok");  // no reasoning: the answer alone
+}
+
+}  // namespace
+}  // namespace nibble
