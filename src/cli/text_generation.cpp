@@ -102,26 +102,10 @@ std::unique_ptr<ChatFormat> chat_format_of(const TextModel& tm) {
 
 ReplyView reply_view_for(const ChatFormat& format) {
   if (format.kind() != ChatFormatKind::Harmony) return nullptr;
-  struct State {
-    HarmonyReplyParser parser;
-    bool in_reasoning = false, any = false;
-  };
-  auto st = std::make_shared<State>();
-  return [st](std::string_view piece, bool at_end) {
-    const HarmonyDelta d = at_end ? (st->parser.push(piece), st->parser.finish()) : st->parser.push(piece);
-    std::string out;
-    if (!d.reasoning.empty()) {
-      if (!st->in_reasoning) out += st->any ? "\n<think>\n" : "<think>\n";
-      st->in_reasoning = st->any = true;
-      out += d.reasoning;
-    }
-    if (!d.content.empty() || !d.tool_calls.empty() || at_end) {
-      if (st->in_reasoning) out += "\n</think>\n\n";
-      st->in_reasoning = false;
-      out += d.content;
-      st->any = st->any || !d.content.empty();
-    }
-    for (const ToolCall& call : d.tool_calls) out += "\n[tool call] " + call.name + " " + call.arguments + "\n";
+  auto view = std::make_shared<HarmonyTextView>();
+  return [view](std::string_view piece, bool at_end) {
+    std::string out = view->push(piece);
+    if (at_end) out += view->finish();
     return out;
   };
 }

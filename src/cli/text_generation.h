@@ -68,8 +68,8 @@ struct Completion {
 using ReplyView = std::function<std::string(std::string_view piece, bool at_end)>;
 
 // The view of a format's replies: raw text for DeepSeek-V4 (nullptr);
-// harmony's analysis channel as "<think>\n...\n</think>\n\n" then the
-// answer, markers left out.
+// harmony's HarmonyTextView (tokenizer/harmony_reply.h): the analysis
+// channel as "<think>\n...\n</think>\n\n" then the answer, no markers.
 ReplyView reply_view_for(const ChatFormat& format);
 
 // Generates from `prompt` (fed at the sequence's position) and writes the

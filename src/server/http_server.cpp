@@ -22,6 +22,7 @@
 #include "server/scheduler.h"
 #include "tokenizer/chat_dsv4.h"
 #include "tokenizer/chat_format.h"
+#include "tokenizer/chat_harmony.h"
 #include "util/error.h"
 
 namespace nibble::server {
@@ -338,9 +339,10 @@ struct HttpServer::Impl {
     return engine().tokenize(dsv4_prompt(r, co), /*allow_special=*/true);
   }
 
-  // gpt-oss: harmony's rendering, tools in the developer message. A forced
-  // tool_choice is not written into the prompt (harmony has no DSML-style
-  // opening to prefill): the model is offered the tools as with "auto".
+  // gpt-oss: harmony's rendering, tools in the developer message. A named
+  // tool_choice writes the call's header after the generation prompt;
+  // "required" is offered as "auto" (a header cut inside the function name
+  // would tokenize unlike any call the model saw).
   std::vector<int32_t> harmony_prompt(const GenerationRequest& r, ChoiceOptions& co) {
     std::vector<ChatMessage> messages = r.messages;
     if (!r.tools.empty() && r.tool_choice != ToolChoice::None) {
@@ -356,6 +358,11 @@ struct HttpServer::Impl {
       ids = make_chat_format(ChatFormatKind::Harmony, engine_tokenize())->encode(messages, o);
     } catch (const Error& e) {
       bad_request("messages", e.what());
+    }
+    if (r.tool_choice == ToolChoice::Named && !r.tools.empty()) {
+      const auto head = encode_harmony_forced_call(r.tool_choice_name, engine_tokenize());
+      ids.insert(ids.end(), head.begin(), head.end());
+      co.forced_name = r.tool_choice_name;
     }
     co.thinking = true;
     co.start = ReplyParser::Start::Harmony;

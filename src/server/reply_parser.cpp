@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/chat_harmony.h"
+
 #include "tokenizer/dsv4_markup.h"
 
 namespace nibble::server {
@@ -68,7 +70,8 @@ ReplyParser::ReplyParser(Start start, std::string forced_name) {
       break;
     case Start::Harmony:
       state_ = State::Content;
-      harmony_ = std::make_unique<HarmonyReplyParser>();
+      harmony_ = std::make_unique<HarmonyReplyParser>(forced_name.empty() ? std::string()
+                                                                          : harmony_forced_call_header(forced_name));
       break;
   }
 }

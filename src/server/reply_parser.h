@@ -52,7 +52,8 @@ class ReplyParser {
   // text opens with reasoning); a forced tool call's prompt already holds
   // "<｜DSML｜tool_calls>\n" (tool_choice "required") or also
   // "<｜DSML｜invoke name="NAME">\n" (a named tool_choice). Harmony: a
-  // gpt-oss reply (tokenizer/harmony_reply.h) instead of DeepSeek's layout.
+  // gpt-oss reply (tokenizer/harmony_reply.h) instead of DeepSeek's layout;
+  // with a forced_name its prompt holds harmony_forced_call_header(NAME).
   enum class Start { Content, Reasoning, InToolCalls, InInvoke, Harmony };
   explicit ReplyParser(Start start = Start::Content, std::string forced_name = "");
 

@@ -359,6 +359,17 @@ class Sink {
   std::string text_;
 };
 
+// The header of an assistant message calling `name`, after its role.
+void call_header(const std::string& name, Sink& sink) {
+  sink.text(" to=functions." + name);
+  sink.special("<|channel|>");
+  sink.text("commentary");
+  sink.text(" ");
+  sink.special("<|constrain|>");
+  sink.text("json");
+  sink.special("<|message|>");
+}
+
 void render(std::span<const ChatMessage> messages, const HarmonyOptions& options, Sink& sink) {
   for (const HMessage& m : to_harmony(messages, options)) {
     sink.special("<|start|>");
@@ -402,6 +413,18 @@ std::string render_harmony_chat(std::span<const ChatMessage> messages, const Har
   Sink sink(nullptr);
   render(messages, options, sink);
   return std::move(sink.rendered());
+}
+
+std::string harmony_forced_call_header(const std::string& name) {
+  Sink sink(nullptr);
+  call_header(name, sink);
+  return std::move(sink.rendered());
+}
+
+std::vector<int32_t> encode_harmony_forced_call(const std::string& name, const TokenizeFn& tokenize) {
+  Sink sink(&tokenize);
+  call_header(name, sink);
+  return std::move(sink.ids());
 }
 
 std::string harmony_schema_typescript(const std::string& schema_json, const std::string& indent) {

@@ -58,6 +58,14 @@ std::vector<int32_t> encode_harmony_chat(std::span<const ChatMessage> messages, 
 // The same prompt as text (markers written out): what the ids decode to.
 std::string render_harmony_chat(std::span<const ChatMessage> messages, const HarmonyOptions& options);
 
+// The header that forces a call to function `name` (OpenAI's named
+// tool_choice), written after the generation prompt: the assistant's
+// "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>",
+// its pieces tokenized as harmony renders a call in the history. The reply
+// is then the call's arguments (HarmonyReplyParser given the same header).
+std::string harmony_forced_call_header(const std::string& name);
+std::vector<int32_t> encode_harmony_forced_call(const std::string& name, const TokenizeFn& tokenize);
+
 // OpenAI's function-tool JSON schema as harmony's TypeScript type (exposed
 // for tests). `indent` prefixes nested lines.
 std::string harmony_schema_typescript(const std::string& schema_json, const std::string& indent = "");

@@ -40,6 +40,10 @@ std::pair<size_t, std::string_view> next_marker(std::string_view s, size_t from 
 
 }  // namespace
 
+HarmonyReplyParser::HarmonyReplyParser(std::string_view prefilled) {
+  if (!prefilled.empty()) push(prefilled);  // a header: nothing to show
+}
+
 HarmonyDelta HarmonyReplyParser::push(std::string_view text) {
   HarmonyDelta out;
   if (state_ == State::Ended) return out;
@@ -165,6 +169,26 @@ void HarmonyReplyParser::run(HarmonyDelta& out, bool at_end) {
     }
     buf_.erase(0, at + marker.size());
   }
+}
+
+std::string HarmonyTextView::show(const HarmonyDelta& d, bool at_end) {
+  std::string out;
+  if (!d.reasoning.empty()) {
+    if (!in_reasoning_) out += shown_ ? "\n<think>\n" : "<think>\n";
+    in_reasoning_ = shown_ = true;
+    out += d.reasoning;
+  }
+  if (!d.content.empty() || !d.tool_calls.empty() || at_end) {
+    if (in_reasoning_) out += "\n</think>\n\n";
+    in_reasoning_ = false;
+    out += d.content;
+    shown_ = shown_ || !d.content.empty();
+  }
+  for (const ToolCall& call : d.tool_calls) {
+    out += "\n[tool call] " + call.name + " " + call.arguments + "\n";
+    shown_ = true;
+  }
+  return out;
 }
 
 ParsedCompletion parse_harmony_completion(std::string_view text) {

@@ -33,6 +33,10 @@ struct HarmonyDelta {
 
 class HarmonyReplyParser {
  public:
+  // `prefilled`: text the prompt already holds after "<|start|>assistant"
+  // (harmony_forced_call_header for a forced call); it is parsed, not shown.
+  explicit HarmonyReplyParser(std::string_view prefilled = "");
+
   HarmonyDelta push(std::string_view text);
   // The end of generation: held-back text is released; an open tool call is
   // reported when its arguments are complete JSON, else dropped.
@@ -57,6 +61,21 @@ class HarmonyReplyParser {
   std::string call_name_; // Sink::ToolCall: the function
   std::string call_args_; // and its arguments so far
   bool returned_ = false;
+};
+
+// A reply as a terminal shows it (`nibble chat`, `run --chat`): the analysis
+// channel inside "<think>\n" ... "\n</think>\n\n", then the answer, a tool
+// call as "\n[tool call] NAME ARGUMENTS\n"; no markers.
+class HarmonyTextView {
+ public:
+  std::string push(std::string_view text) { return show(parser_.push(text), false); }
+  std::string finish() { return show(parser_.finish(), true); }
+
+ private:
+  std::string show(const HarmonyDelta& d, bool at_end);
+  HarmonyReplyParser parser_;
+  bool in_reasoning_ = false;
+  bool shown_ = false;  // anything written yet
 };
 
 // A whole reply (the generated text, its stop token kept or not) as an

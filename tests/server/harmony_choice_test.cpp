@@ -94,5 +94,21 @@ TEST_F(HarmonyChoice, StreamedToolCallEndsTheReply) {
   EXPECT_EQ(b.finish_reason(), "tool_calls");
 }
 
+TEST_F(HarmonyChoice, NamedToolChoiceReplyIsTheArguments) {
+  // The prompt held the forced call's header (http_server's harmony_prompt);
+  // the reply is the arguments and <|call|>.
+  ChoiceOptions o = options();
+  o.tool_choice = ToolChoice::Named;
+  o.forced_name = "get_weather";
+  ChoiceBuilder b(0, o, [](int32_t t) { return tok_->decode(std::span<const int32_t>(&t, 1)); });
+  for (const JobUpdate& u : updates("{\"city\": \"Oslo\"}<|call|>")) b.add(u);
+  const json w = b.whole();
+  ASSERT_EQ(w["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(w["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(w["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Oslo"}}));
+  EXPECT_EQ(w["finish_reason"], "stop");  // as OpenAI reports a named choice
+}
+
 }  // namespace
 }  // namespace nibble::server

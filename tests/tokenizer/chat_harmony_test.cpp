@@ -137,3 +137,27 @@ TEST_F(ChatHarmony, RefusesATokenizerWithoutHarmonyTokens) {
 
 }  // namespace
 }  // namespace nibble
+
+namespace nibble {
+namespace {
+
+TEST_F(ChatHarmony, ForcedCallHeaderIsTokenizedAsHistoryCallsAre) {
+  // openai-harmony's rendering of the history call in tools_one_call holds
+  // "<|start|>" "assistant" + the header's ids: the forced prefill must be
+  // those very tokens.
+  const ojson data = read_cases();
+  const TokenizeFn fn = [](const std::string& s, bool special) { return tok_->encode(s, special); };
+  for (const auto& c : data["cases"]) {
+    if (c["name"] != "tools_one_call") continue;
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    std::vector<int32_t> want = {200006};
+    for (int32_t t : tok_->encode("assistant", false)) want.push_back(t);
+    for (int32_t t : encode_harmony_forced_call("get_current_weather", fn)) want.push_back(t);
+    EXPECT_NE(std::search(ids.begin(), ids.end(), want.begin(), want.end()), ids.end());
+    return;
+  }
+  FAIL() << "fixture case tools_one_call is missing";
+}
+
+}  // namespace
+}  // namespace nibble

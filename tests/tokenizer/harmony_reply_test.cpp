@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
+#include "tokenizer/chat_harmony.h"
 #include "tokenizer/harmony_reply.h"
 
 namespace nibble {
@@ -124,6 +125,57 @@ TEST(HarmonyReply, ParseCompletionNumbersCalls) {
   EXPECT_TRUE(pc.finished);
   EXPECT_FALSE(parse_harmony_completion("<|channel|>final<|message|>cut").finished);
   EXPECT_TRUE(parse_harmony_completion("<|channel|>final<|message|>whole<|return|>").finished);
+}
+
+}  // namespace
+}  // namespace nibble
+
+namespace nibble {
+namespace {
+
+TEST(HarmonyReply, ForcedCallHeaderMakesTheReplyTheArguments) {
+  // A named tool_choice: the prompt already holds the call's header.
+  const std::string head = harmony_forced_call_header("get_weather");
+  EXPECT_EQ(head, " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>");
+  const std::string reply = "{\"city\": \"Rome\"}<|call|>";
+  for (size_t cut = 0; cut <= reply.size(); ++cut) {
+    HarmonyReplyParser p(head);
+    HarmonyDelta a = p.push(reply.substr(0, cut)), b = p.push(reply.substr(cut)), c = p.finish();
+    std::vector<ToolCall> calls = a.tool_calls;
+    calls.insert(calls.end(), b.tool_calls.begin(), b.tool_calls.end());
+    calls.insert(calls.end(), c.tool_calls.begin(), c.tool_calls.end());
+    ASSERT_EQ(calls.size(), 1u) << cut;
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, "{\"city\": \"Rome\"}");
+    EXPECT_TRUE(a.content.empty() && b.content.empty() && a.reasoning.empty());
+  }
+}
+
+}  // namespace
+}  // namespace nibble
+
+namespace nibble {
+namespace {
+
+// Pieces in order, then finish() (operands of + are not sequenced).
+std::string view_of(const std::vector<std::string>& pieces) {
+  HarmonyTextView v;
+  std::string shown;
+  for (const auto& p : pieces) shown += v.push(p);
+  shown += v.finish();
+  return shown;
+}
+
+TEST(HarmonyTextView, ReasoningInThinkTagsThenTheAnswerAtEverySplit) {
+  const std::string reply =
+      "<|channel|>analysis<|message|>Sum it.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>";
+  for (size_t cut = 0; cut <= reply.size(); ++cut)
+    ASSERT_EQ(view_of({reply.substr(0, cut), reply.substr(cut)}), "<think>\nSum it.\n</think>\n\n4") << cut;
+  // The budget ended it inside the reasoning.
+  EXPECT_EQ(view_of({"<|channel|>analysis<|message|>Hmm"}), "<think>\nHmm\n</think>\n\n");
+  EXPECT_EQ(view_of({"<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>"}),
+            "\n[tool call] f {}\n");
+  EXPECT_EQ(view_of({"<|channel|>final<|message|>ok"}), "ok");  // no reasoning: the answer alone
 }
 
 }  // namespace
