@@ -17,6 +17,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/chat_page.h"
 #include "server/choice_builder.h"
 #include "server/request.h"
 #include "server/scheduler.h"
@@ -364,6 +365,13 @@ struct HttpServer::Impl {
   // ---- routes ----------------------------------------------------------------
 
   void routes() {
+    // The chat page (src/server/chat_page.h): static, open without the key
+    // (it holds no data; its requests carry the key the user enters).
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      const std::string_view page = chat_page_html();
+      res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+      res.set_header("Cache-Control", "no-cache");
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
       // Both shapes clients probe for: a status word, and llama-server's envelope.
@@ -423,7 +431,7 @@ struct HttpServer::Impl {
     // Authentication before routing; /health stays open for probes.
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       tl_log = RequestLog{true, Clock::now(), 0, 0};
-      if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (opt.api_key.empty() || req.path == "/health" || req.path == "/") return httplib::Server::HandlerResponse::Unhandled;
       std::string given = req.get_header_value("X-Api-Key");
       const std::string auth = req.get_header_value("Authorization");
       if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
