@@ -120,7 +120,7 @@ struct HttpServer::Impl {
     engine_ptr = &e;
     ctx = e.max_context();
     if (opt.ctx_size > 0) ctx = std::min(ctx, opt.ctx_size);
-    scheduler_ptr = std::make_unique<Scheduler>(e, opt.parallel, opt.max_queue, opt.cache_tokens);
+    scheduler_ptr = std::make_unique<Scheduler>(e, opt.parallel, opt.max_queue, opt.cache_tokens, opt.draft_tokens);
     ready.store(true);
   }
 
@@ -504,6 +504,19 @@ struct HttpServer::Impl {
     metric("prefix_cache_hits_total", "counter", "Requests that started from a kept prompt state.", s.cache_hits);
     metric("prefix_cache_entries", "gauge", "Prompt states kept for reuse.", s.cache_entries);
     metric("prefix_cache_tokens", "gauge", "Prompt tokens those states hold.", s.cache_tokens);
+    // Speculative decoding, under vLLM's names (its dashboards compute the
+    // mean acceptance length as 1 + accepted / drafts).
+    int64_t drafted = 0, accepted = 0;
+    for (int64_t d : s.spec.drafted) drafted += d;
+    for (int64_t a : s.spec.accepted) accepted += a;
+    metric("spec_decode_num_drafts_total", "counter", "Verify steps that checked drafts.", s.spec.steps);
+    metric("spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed by the MTP layer.", drafted);
+    metric("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", accepted);
+    out += "# HELP nibble:spec_decode_num_accepted_tokens_per_pos_total Draft tokens accepted, by draft position "
+           "(0 = the first draft).\n# TYPE nibble:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+    for (size_t j = 0; j < s.spec.accepted.size(); ++j)
+      out += "nibble:spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(j) + "\"} " +
+             std::to_string(s.spec.accepted[j]) + "\n";
     out += s.ttft.exposition("nibble:time_to_first_token_seconds", "Time from a request's arrival to its first token.");
     out += s.itl.exposition("nibble:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
     out += s.tpot.exposition("nibble:time_per_output_token_seconds",

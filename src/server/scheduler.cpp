@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "server/api_error.h"
+#include "util/error.h"
 
 namespace nibble::server {
 namespace {
@@ -89,9 +90,17 @@ void Job::publish(const std::string& text, int64_t tokens, const char* finish, c
 
 // ---- Scheduler --------------------------------------------------------------
 
-Scheduler::Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens)
+Scheduler::Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens, int64_t draft_tokens)
     : engine_(engine), parallel_(size_t(std::max(1, parallel))), max_queue_(size_t(std::max(0, max_queue))),
-      cache_limit_(std::max<int64_t>(0, cache_tokens)), eos_(engine.eos_token_ids()) {
+      cache_limit_(std::max<int64_t>(0, cache_tokens)), draft_tokens_(std::max<int64_t>(0, draft_tokens)),
+      eos_(engine.eos_token_ids()) {
+  if (draft_tokens_ > 0)
+    if (const std::string why = engine.draft_unavailable(); !why.empty())
+      throw Error("--spec-draft-tokens " + std::to_string(draft_tokens_) +
+                  ": speculative decoding needs the model's MTP layer: " + why);
+  stats_.draft_tokens = draft_tokens_;
+  stats_.spec.drafted.assign(size_t(draft_tokens_), 0);
+  stats_.spec.accepted.assign(size_t(draft_tokens_), 0);
   // generation_config.json's eos_token_id ends replies too, as in `nibble run`.
   for (int64_t t : engine.generation_defaults().stop_tokens)
     if (std::find(eos_.begin(), eos_.end(), t) == eos_.end()) eos_.push_back(t);
@@ -200,6 +209,8 @@ void Scheduler::start(Job& job) {
     ++stats_.cache_hits;
   } else {
     job.seq_ = engine_.create();
+    // Forks (the prefix cache above, n > 1 choices) inherit it.
+    if (draft_tokens_ > 0) engine_.enable_draft(job.seq_);
   }
   job.text_ = std::make_unique<TextStream>(
       [this](std::span<const int32_t> ids) { return engine_.detokenize(ids); }, job.params.stop);
@@ -350,11 +361,47 @@ void Scheduler::loop() {
     owners.clear();
     int64_t budget = engine_.step_token_budget();
     int64_t prompt_fed = 0;
+    // Speculation: drafts for every decoding job first, in one draft round.
+    SpecDecodeStats spec;
+    if (draft_tokens_ > 0) {
+      std::vector<DraftInput> drafts;
+      std::vector<Job*> drafting;
+      const int64_t ctx = engine_.max_context();
+      // Drafts share the step's token budget after one token per decoding job.
+      int64_t room = budget;
+      for (auto& job : running)
+        if (job->started_ && job->fed_ == job->params.prompt.size()) --room;
+      for (auto& job : running) {
+        if (!job->started_ || job->fed_ < job->params.prompt.size()) continue;
+        job->feed_.assign(1, job->next_token_);
+        // Every emitted token needs budget, every fed one context (as generate()).
+        const int64_t k = std::min({draft_tokens_, job->params.max_tokens - job->generated_ - 1,
+                                    ctx - engine_.position(job->seq_) - 1, room});
+        if (k <= 0) continue;
+        room -= k;
+        drafts.push_back({job->seq_, job->next_token_, k, job->params.sampling});
+        drafting.push_back(job.get());
+      }
+      if (!drafts.empty()) {
+        try {
+          const auto got = engine_.draft(drafts, &spec);
+          for (size_t i = 0; i < got.size(); ++i)
+            drafting[i]->feed_.insert(drafting[i]->feed_.end(), got[i].begin(), got[i].end());
+        } catch (const std::exception& e) {
+          for (Job* job : drafting) finish(*job, "error", e.what());
+        }
+      }
+    }
     for (auto& job : running) {
-      if (!job->started_ || job->fed_ < job->params.prompt.size()) continue;
-      batch.push_back({job->seq_, std::span<const int32_t>(&job->next_token_, 1)});
+      if (!job->started_ || job->ended_ || job->fed_ < job->params.prompt.size()) continue;
+      StepInput in{job->seq_, std::span<const int32_t>(&job->next_token_, 1)};
+      if (draft_tokens_ > 0 && job->feed_.size() > 1) {
+        in.tokens = job->feed_;
+        in.all_logits = true;  // each row verifies the draft after it
+      }
+      batch.push_back(in);
       owners.push_back(job.get());
-      --budget;
+      budget -= int64_t(in.tokens.size());
     }
     for (auto& job : running) {
       if (!job->started_) continue;  // a choice waiting for its group's prefill
@@ -403,6 +450,17 @@ void Scheduler::loop() {
           }
         }
         if (logits[i].empty()) continue;
+        if (batch[i].all_logits) {
+          // A verify step: the accepted drafts and the model's own token,
+          // each with the logits row it was drawn from.
+          const auto emitted = engine_.accept_drafts(job.seq_, logits[i].data(), job.params.sampling, &spec);
+          const int64_t V = engine_.vocab_size();
+          for (size_t j = 0; j < emitted.size() && !job.ended_; ++j) {
+            ++sampled;
+            on_token(job, emitted[j], logits[i].data() + int64_t(j) * V);
+          }
+          continue;
+        }
         const int32_t token = engine_.sample(job.seq_, logits[i].data(), job.params.sampling);
         ++sampled;
         on_token(job, token, logits[i].data());
@@ -412,6 +470,7 @@ void Scheduler::loop() {
     }
     std::erase_if(running, [](const auto& j) { return j->ended_; });
     std::lock_guard<std::mutex> lock(mu_);
+    stats_.spec.add(spec);
     ++stats_.steps;
     stats_.prompt_tokens += prompt_fed;
     stats_.generated_tokens += sampled;
