@@ -175,6 +175,9 @@ class Engine {
   bool has_tokenizer() const;
   std::vector<int32_t> tokenize(const std::string& text, bool allow_special = true) const;
   std::string detokenize(std::span<const int32_t> ids, bool skip_special = false) const;
+  // One token's raw bytes (detokenize() makes text of them, replacing a
+  // partial UTF-8 character with U+FFFD); an id outside the vocabulary throws.
+  std::string token_bytes(int32_t id) const;
 
   // Sequences. Every call naming an id that was never created, or was
   // released, throws an error naming it.

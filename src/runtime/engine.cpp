@@ -180,6 +180,11 @@ std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special) 
   return impl_->tokenizer->decode(ids, skip_special);
 }
 
+std::string Engine::token_bytes(int32_t id) const {
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json");
+  return impl_->tokenizer->token_bytes(id);
+}
+
 SeqId Engine::create() {
   auto s = std::make_unique<Sequence>();
   s->state = impl_->model->new_state();

@@ -319,7 +319,9 @@ struct HttpServer::Impl {
     for (size_t i = 0; i < jobs.size(); ++i) {
       ChoiceOptions ci = co;
       ci.call_id_prefix = "call_" + id.substr(id.find('-') + 1) + "_" + std::to_string(i) + "_";
-      choices.emplace_back(i, std::move(ci), [e](int32_t t) { return e->detokenize(std::span<const int32_t>(&t, 1)); });
+      choices.emplace_back(
+          i, std::move(ci), [e](int32_t t) { return e->detokenize(std::span<const int32_t>(&t, 1)); },
+          [e](int32_t t) { return e->token_bytes(t); });
     }
     if (r.stream) answer_stream(res, std::move(jobs), std::move(choices), chat, id, r.include_usage);
     else answer_whole(res, jobs, choices, chat, id);
