@@ -162,6 +162,8 @@ class Engine {
   int64_t bos_token_id() const;                   // -1 when none
   const std::vector<int64_t>& eos_token_ids() const;
   int64_t step_token_budget() const;
+  // How far truncate() goes back without refeeding (EngineOptions::rollback_tokens).
+  int64_t rollback_tokens() const;
   int threads() const;                            // CPU threads the forward uses
   const GenerationDefaults& generation_defaults() const;
   // The kernels bound for an op group, for logs: "moe" (routed experts) or

@@ -43,7 +43,7 @@ std::vector<OptionSpec> options() {
       {"--max-queue", "N", "requests waiting beyond those; more get 503 + Retry-After (default 64)"},
       {"-c,--ctx-size", "N", "tokens per sequence, prompt and reply (default: the model's)"},
       {"--alias", "NAME", "the model name /v1/models lists (default: the model folder's name)"},
-      {"--cache-tokens", "N", "prompt tokens kept for prefix reuse, LRU over all prompts; 0 = off (default 16384)"},
+      {"--cache-tokens", "N", "tokens kept for prefix reuse (prompts and finished replies, LRU); 0 = off (default 16384)"},
       {"--step-tokens", "N", "most tokens one engine step processes, decode and prefill chunks (default 256)"},
       {"--spec-draft-tokens", "K",
        "speculative decoding with the model's MTP layer, K drafts per sequence and step, 1..15, verified for all "

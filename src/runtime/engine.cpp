@@ -142,6 +142,7 @@ int64_t Engine::max_context() const { return impl_->model->max_context(); }
 int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
 int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
+int64_t Engine::rollback_tokens() const { return impl_->rollback_tokens; }
 int Engine::threads() const { return impl_->model->plan().device.cores; }
 std::string Engine::draft_unavailable() const {
   return impl_->model->has_draft() ? std::string() : impl_->model->draft_unavailable();

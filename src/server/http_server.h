@@ -28,7 +28,7 @@ struct ServerOptions {
   int parallel = 4;                // sequences generating at once
   int max_queue = 64;              // requests waiting beyond those
   int64_t ctx_size = 0;            // tokens per sequence; 0 = the model's
-  int64_t cache_tokens = 16384;    // prompt tokens kept for prefix reuse; 0 = off
+  int64_t cache_tokens = 16384;    // tokens kept for prefix reuse (prompts, finished replies); 0 = off
   int64_t draft_tokens = 0;        // speculative decoding's drafts per step (MTP layer); 0 = off
   size_t max_body_bytes = 8u << 20;
 };

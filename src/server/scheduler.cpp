@@ -191,19 +191,29 @@ bool Scheduler::admit(std::vector<std::shared_ptr<Job>>& running) {
 
 void Scheduler::start(Job& job) {
   job.started_ = true;
-  // The longest kept prompt that is a proper prefix of this one (one token
-  // at least must still be fed, for the logits to sample from).
+  // The kept state sharing the longest prefix with this prompt (one token at
+  // least must still be fed, for the logits to sample from). A state that
+  // goes past the shared prefix (a finished reply re-encoded differently at
+  // its end, two prompts after one system prompt) is forked and truncated
+  // back to it, when that is within the states' rollback reach (free; a
+  // deeper truncation would refeed the prefix, no better than a prefill).
   const auto& prompt = job.params.prompt;
+  const size_t reach = size_t(std::max<int64_t>(0, engine_.rollback_tokens()));
   auto best = cache_.end();
+  size_t best_len = 0;
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-    if (it->tokens.size() < prompt.size() && (best == cache_.end() || it->tokens.size() > best->tokens.size()) &&
-        std::equal(it->tokens.begin(), it->tokens.end(), prompt.begin()))
-      best = it;
+    const size_t limit = std::min(it->tokens.size(), prompt.size() - 1);
+    const size_t l = size_t(std::mismatch(it->tokens.begin(), it->tokens.begin() + std::ptrdiff_t(limit),
+                                          prompt.begin()).first - it->tokens.begin());
+    if (l == 0 || it->tokens.size() - l > reach || l <= best_len) continue;
+    best = it;
+    best_len = l;
   }
   if (best != cache_.end()) {
     cache_.splice(cache_.begin(), cache_, best);
     job.seq_ = engine_.fork(best->seq);
-    job.fed_ = best->tokens.size();
+    if (best_len < best->tokens.size()) engine_.truncate(job.seq_, int64_t(best_len));
+    job.fed_ = best_len;
     job.cached_tokens_.store(int64_t(job.fed_));
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.cache_hits;
@@ -219,17 +229,18 @@ void Scheduler::start(Job& job) {
 void Scheduler::finish(Job& job, const char* reason, const std::string& error) {
   if (job.ended_) return;
   job.ended_ = true;
+  const std::string why = reason;
+  // What was held back (a possible stop-string start) is sent, unless a
+  // stop string or the client ended the job.
+  const bool keep = why == "stop" || why == "length";
   if (job.seq_ >= 0) {
-    engine_.release(job.seq_);
+    // A finished reply's state (prompt + reply) is kept for the next turn.
+    if (!(keep && remember(job.seq_))) engine_.release(job.seq_);
     job.seq_ = -1;
   }
   // Choices that have not forked the prompt yet cannot start without it.
   for (auto& f : job.followers_)
     if (!f->started_) finish(*f, reason, error);
-  const std::string why = reason;
-  // What was held back (a possible stop-string start) is sent, unless a
-  // stop string or the client ended the job.
-  const bool keep = why == "stop" || why == "length";
   const std::string rest = keep && job.text_ ? job.text_->flush() : "";
   {
     // Counted before the reader hears of the end, so /metrics read after a
@@ -261,19 +272,32 @@ void Scheduler::fork_followers(Job& leader) {
   }
 }
 
-// Keeps a fork of a job whose prompt was just fed, evicting the least
-// recently used entries past the bound.
+// Keeps a fork of a job whose prompt was just fed.
 void Scheduler::remember_prompt(const Job& job) {
   const auto& prompt = job.params.prompt;
-  if (cache_limit_ == 0 || int64_t(prompt.size()) > cache_limit_) return;
+  if (!cacheable(prompt)) return;
+  const SeqId copy = engine_.fork(job.seq_);
+  if (!remember(copy)) engine_.release(copy);
+}
+
+bool Scheduler::cacheable(const std::vector<int32_t>& tokens) const {
+  return cache_limit_ > 0 && !tokens.empty() && int64_t(tokens.size()) <= cache_limit_;
+}
+
+// Takes `seq` into the cache under the tokens it has fed, evicting the least
+// recently used entries past the bound; false (the caller keeps `seq`) when
+// it is not cacheable or the same tokens are kept already.
+bool Scheduler::remember(SeqId seq) {
+  std::vector<int32_t> tokens = engine_.tokens(seq);
+  if (!cacheable(tokens)) return false;
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-    if (it->tokens == prompt) {
+    if (it->tokens == tokens) {
       cache_.splice(cache_.begin(), cache_, it);
-      return;
+      return false;
     }
   }
-  cache_.push_front({prompt, engine_.fork(job.seq_)});
-  cache_held_ += int64_t(prompt.size());
+  cache_held_ += int64_t(tokens.size());
+  cache_.push_front({std::move(tokens), seq});
   while (cache_held_ > cache_limit_ || cache_.size() > kMaxCacheEntries) {
     cache_held_ -= int64_t(cache_.back().tokens.size());
     engine_.release(cache_.back().seq);
@@ -282,6 +306,7 @@ void Scheduler::remember_prompt(const Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.cache_entries = int64_t(cache_.size());
   stats_.cache_tokens = cache_held_;
+  return true;
 }
 
 void Scheduler::clear_cache() {

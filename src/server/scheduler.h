@@ -16,10 +16,14 @@
 // step()'s bit-identical logits a greedy reply is the same alone or batched.
 //
 // Prefix reuse: when a job's prompt is fully fed, a fork of its sequence is
-// kept (LRU, at most `cache_tokens` prompt tokens over all entries). A later
-// job whose prompt extends a kept one (the next chat turn, a shared system
-// prompt) starts from a fork of it and prefills only the rest. Forked
-// states continue bit-identically to a fresh prefill (docs/sequences.md).
+// kept, and when it finishes (stop / length) its sequence itself, prompt and
+// reply (LRU, at most `cache_tokens` tokens over all entries). A later job
+// starts from the kept state sharing the longest prefix with its prompt (the
+// next chat turn: the previous prompt and reply; a shared system prompt) and
+// prefills only the rest; a state that goes past the shared prefix is
+// truncated back to it when that is within the rollback reach. Forked and
+// truncated states continue bit-identically to a fresh prefill
+// (docs/sequences.md).
 //
 // n > 1 (several choices for one prompt): the request is a group of jobs.
 // The first prefills the prompt; when its last prompt token's logits come,
@@ -187,11 +191,14 @@ class Scheduler {
   void on_token(Job& job, int32_t token, const float* logits);
   void fork_followers(Job& leader);
   void remember_prompt(const Job& job);
+  bool cacheable(const std::vector<int32_t>& tokens) const;
+  bool remember(SeqId seq);
   void clear_cache();
 
-  // A prompt's state kept for reuse; the list is most recently used first.
+  // A state kept for reuse (a fed prompt, or a finished reply with its
+  // prompt); the list is most recently used first.
   struct CachedPrompt {
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;       // what the state has fed
     SeqId seq = -1;
   };
 

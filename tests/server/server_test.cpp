@@ -255,6 +255,67 @@ TEST(ServePrefixCache, ExtendedPromptReusesTheStateWithTheSameReply) {
   EXPECT_EQ(metric(plain.port(), "prefix_cache_entries"), 0);
 }
 
+// The next chat turn starts from the previous turn's finished state (prompt
+// and reply), not only from its prompt: cached_tokens covers the reply too,
+// and the reply equals a cache-less server's.
+TEST(ServePrefixCache, NextChatTurnReusesPromptAndReply) {
+  ServerProcess cached;
+  ServerProcess plain({"--cache-tokens", "0"});
+  const json turn1 = {{"messages", {{{"role", "user"}, {"content", "Good morrow, sir."}}}},
+                      {"max_tokens", 20}, {"temperature", 0}};
+  const json r1 = json::parse(http_post(cached.port(), "/v1/chat/completions", turn1.dump()).body);
+  const std::string reply = r1["choices"][0]["message"]["content"];
+  ASSERT_FALSE(reply.empty());
+  const int64_t prompt1 = r1["usage"]["prompt_tokens"];
+  const json turn2 = {{"messages", {{{"role", "user"}, {"content", "Good morrow, sir."}},
+                                    {{"role", "assistant"}, {"content", reply}},
+                                    {{"role", "user"}, {"content", "And to you."}}}},
+                      {"max_tokens", 24}, {"temperature", 0}};
+  const json a = json::parse(http_post(cached.port(), "/v1/chat/completions", turn2.dump()).body);
+  const json b = json::parse(http_post(plain.port(), "/v1/chat/completions", turn2.dump()).body);
+  const int64_t cached_tokens = a["usage"]["prompt_tokens_details"]["cached_tokens"];
+  // Past the first prompt: the reply's tokens were reused (all but what
+  // re-encoding the reply text changes at its end, within 16 tokens).
+  EXPECT_GT(cached_tokens, prompt1) << a.dump();
+  EXPECT_LT(cached_tokens, a["usage"]["prompt_tokens"].get<int64_t>());
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], b["usage"]["prompt_tokens"]);
+}
+
+// Two prompts that share a head and then differ: the second starts from the
+// first's state truncated back to the head, when the part past it is within
+// the rollback reach (16 tokens); past that it prefills from scratch.
+TEST(ServePrefixCache, SharedPrefixDivergingReusesTheCommonPart) {
+  ServerProcess cached;
+  ServerProcess plain({"--cache-tokens", "0"});
+  const json head = json::parse(http_post(cached.port(), "/tokenize",
+                                          R"({"content":"Friends, Romans, countrymen,","add_special":true})").body)["tokens"];
+  auto with = [&](std::vector<int> tail) {
+    json p = head;
+    for (int t : tail) p.push_back(t);
+    return p;
+  };
+  auto complete = [&](const ServerProcess& s, const json& prompt, int n) {
+    return json::parse(
+        http_post(s.port(), "/v1/completions", json{{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}.dump())
+            .body);
+  };
+  // 5 tokens past the head, then a prompt that leaves the head after 0.
+  complete(cached, with({100, 101, 102, 103, 104}), 1);
+  const json b = with({200, 201, 202});
+  const json a1 = complete(cached, b, 16), a2 = complete(plain, b, 16);
+  EXPECT_EQ(a1["usage"]["prompt_tokens_details"]["cached_tokens"], head.size());
+  EXPECT_EQ(a1["choices"][0]["text"], a2["choices"][0]["text"]);
+  // 20 tokens past the head: a truncation would refeed, so no reuse.
+  std::vector<int> long_tail;
+  for (int i = 0; i < 20; ++i) long_tail.push_back(300 + i);
+  ServerProcess fresh;
+  complete(fresh, with(long_tail), 1);
+  const json c = complete(fresh, b, 16);
+  EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(c["choices"][0]["text"], a2["choices"][0]["text"]);
+}
+
 TEST(ServeLimits, PromptLongerThanTheContextIs400NamingBothLengths) {
   ServerProcess s({"--ctx-size", "16"});
   std::string prompt;
