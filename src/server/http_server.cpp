@@ -4,7 +4,9 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -92,6 +94,48 @@ void widen_backlog(int port) {
                                                : -1;
     if (p == port) ::listen(fd, SOMAXCONN);
   }
+}
+
+// cpp-httplib 0.11 gives a handler no way to see its connection close
+// (no is_connection_closed()), so a non-streamed request, which writes
+// nothing until its reply is whole, would generate on for a client long
+// gone. The handler's socket is found among this process's descriptors by
+// its two ends (the request's local and remote address and port; httplib
+// keeps it open while the handler runs, so the number cannot be reused
+// meanwhile) and then polled: a readable socket whose peek reads 0 bytes has
+// been closed by the peer. -1: not found (the check is then skipped).
+int connection_fd(const httplib::Request& req) {
+  auto port_of = [](const sockaddr_storage& a) {
+    return a.ss_family == AF_INET    ? int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port))
+           : a.ss_family == AF_INET6 ? int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port))
+                                     : -1;
+  };
+  auto addr_of = [](const sockaddr_storage& a) {
+    char buf[INET6_ADDRSTRLEN] = "";
+    if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+    if (a.ss_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+    return std::string(buf);
+  };
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_storage peer{}, self{};
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    if (port_of(peer) != req.remote_port || addr_of(peer) != req.remote_addr) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0 || port_of(self) != req.local_port) continue;
+    return fd;
+  }
+  return -1;
+}
+
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP)) return true;
+  char c;
+  // Data is a pipelined next request: still there. 0 bytes: closed.
+  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 }  // namespace
@@ -183,15 +227,23 @@ struct HttpServer::Impl {
   }
 
   // Runs a request's jobs to their end for a non-streamed reply.
-  void answer_whole(httplib::Response& res, const std::vector<std::shared_ptr<Job>>& jobs,
+  void answer_whole(const httplib::Request& req, httplib::Response& res, const std::vector<std::shared_ptr<Job>>& jobs,
                     std::vector<ChoiceBuilder>& choices, bool chat, const std::string& id) {
     int64_t tokens = 0;
+    const int fd = connection_fd(req);
     for (size_t i = 0; i < jobs.size(); ++i) {
       JobUpdate u;
       for (;;) {
         // Woken at the end only; the 50 ms polls let a finished tool-call
-        // block stop the job early.
-        if (!jobs[i]->wait_end(u, std::chrono::milliseconds(50))) continue;
+        // block stop the job early, and notice a client that has gone (its
+        // jobs are then cancelled at the scheduler's next step).
+        const bool got = jobs[i]->wait_end(u, std::chrono::milliseconds(50));
+        if (peer_closed(fd)) {
+          for (auto& j : jobs) j->cancel();
+          res.status = 499;  // nginx's "client closed request", for the log line; nobody reads it
+          return;
+        }
+        if (!got) continue;
         choices[i].add(u);
         if (choices[i].wants_stop()) jobs[i]->stop();
         if (u.done) break;
@@ -305,7 +357,7 @@ struct HttpServer::Impl {
         [st](bool) { st->cancel(); });  // a no-op once the jobs are done
   }
 
-  void generate(const httplib::Request&, httplib::Response& res, GenerationRequest r, std::vector<int32_t> prompt,
+  void generate(const httplib::Request& req, httplib::Response& res, GenerationRequest r, std::vector<int32_t> prompt,
                 bool chat, ChoiceOptions co = {}) {
     check_model(r.model);
     tl_log.prompt_tokens = int64_t(prompt.size());
@@ -324,7 +376,7 @@ struct HttpServer::Impl {
           [e](int32_t t) { return e->token_bytes(t); });
     }
     if (r.stream) answer_stream(res, std::move(jobs), std::move(choices), chat, id, r.include_usage);
-    else answer_whole(res, jobs, choices, chat, id);
+    else answer_whole(req, res, jobs, choices, chat, id);
   }
 
   // The chat prompt: DeepSeek-V4's encoding of the messages with the

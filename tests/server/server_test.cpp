@@ -2,6 +2,11 @@
 // to over loopback HTTP. Every loop is bounded.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -314,6 +319,37 @@ TEST(ServePrefixCache, SharedPrefixDivergingReusesTheCommonPart) {
   const json c = complete(fresh, b, 16);
   EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(c["choices"][0]["text"], a2["choices"][0]["text"]);
+}
+
+// A client that hangs up on a non-streamed request (which writes nothing
+// until the reply is whole) has its job cancelled within a step or two, not
+// at the end of its budget; a request on another connection is unaffected.
+TEST(ServeLimits, NonStreamedDisconnectCancelsItsJob) {
+  ServerProcess s;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(s.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  // 200,000 tokens: minutes of generation if nobody stops it.
+  const std::string body = R"({"prompt":"The king","max_tokens":200000,"temperature":1})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
+  ASSERT_TRUE(eventually([&] { return metric(s.port(), "requests_running") == 1; }));
+  ASSERT_TRUE(eventually([&] { return metric(s.port(), "generation_tokens_total") > 20; }));
+  const int64_t cancelled = metric(s.port(), "requests_cancelled_total");
+  const auto t0 = std::chrono::steady_clock::now();
+  ::close(fd);
+  EXPECT_TRUE(eventually([&] { return metric(s.port(), "requests_cancelled_total") == cancelled + 1; }, 5));
+  EXPECT_TRUE(eventually([&] { return metric(s.port(), "requests_running") == 0; }, 5));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 1.0) << "the hang-up is polled every 50 ms";
+  EXPECT_LT(metric(s.port(), "generation_tokens_total"), 100000);
+  EXPECT_EQ(http_post(s.port(), "/v1/completions", R"({"prompt":"x","max_tokens":3})").status, 200);
+  EXPECT_NE(s.log().find("POST /v1/completions 499"), std::string::npos) << s.log();
 }
 
 TEST(ServeLimits, PromptLongerThanTheContextIs400NamingBothLengths) {
