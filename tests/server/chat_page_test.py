@@ -309,8 +309,14 @@ def main() -> int:
         browser.screenshot(os.path.join(args.out, "chat_page_thinking.png"))
 
         # Stop: a long reply aborted once text has come; the server cancels it.
+        # Greedy, so the reply is deterministic: the API shows it runs past
+        # 200 tokens without an end, so the stop always comes mid-reply.
+        story = [{"role": "user", "content": "Write a very long story."}]
+        long_reply = server.chat({"messages": story, "temperature": 0, "max_tokens": 200})["choices"][0]
+        check(long_reply["finish_reason"] == "length", "the stop test's greedy reply runs past 200 tokens")
+        browser.js("document.getElementById('clear').click()")
         set_value(browser, "thinking", False)
-        set_value(browser, "temperature", 1)
+        set_value(browser, "temperature", 0)
         set_value(browser, "max-tokens", 100000)
         cancelled_before = server.metric("requests_cancelled_total")
         say(browser, "Write a very long story.")
