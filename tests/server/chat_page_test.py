@@ -119,7 +119,8 @@ class Browser:
 
         self.proc = subprocess.Popen(
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-             "--disable-extensions", "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1000,760",
+             "--disable-extensions", "--disable-background-networking", "--disable-dev-shm-usage",
+             "--window-size=1000,760",
              "--user-data-dir=" + profile, "--remote-debugging-pipe", "about:blank"],
             preexec_fn=child_fds, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_chrome_r)
