@@ -98,7 +98,7 @@ struct GenerationParams {
 struct SpecDecodeStats {
   int64_t steps = 0;                     // verify steps
   int64_t emitted = 0;                   // tokens they produced: accepted drafts + the main model's own
-  std::vector<int64_t> drafted;          // [k] drafts proposed at draft position j
+  std::vector<int64_t> drafted;          // [k] drafts at draft position j (generate(): those checked; the server: every one proposed)
   std::vector<int64_t> accepted;         // [k] of which accepted
   int64_t draft_forwards = 0;            // forwards of the draft layer (one per draft)
   double draft_seconds = 0;              // spent in them
@@ -116,6 +116,14 @@ struct SpecDecodeStats {
     for (size_t j = 0; j < o.drafted.size(); ++j) drafted[j] += o.drafted[j];
     for (size_t j = 0; j < o.accepted.size(); ++j) accepted[j] += o.accepted[j];
   }
+};
+
+// One sequence's share of Engine::draft.
+struct DraftInput {
+  SeqId seq = -1;
+  int32_t last = 0;                      // the sampled token not yet fed
+  int64_t tokens = 0;                    // drafts wanted: 1 .. 15 (and within the context and budget)
+  SamplingParams sampling;               // the sequence's (its draft distribution uses the temperature and filters)
 };
 
 enum class FinishReason { stop_token, max_tokens, callback, cancelled, context_full };
@@ -154,6 +162,8 @@ class Engine {
   int64_t bos_token_id() const;                   // -1 when none
   const std::vector<int64_t>& eos_token_ids() const;
   int64_t step_token_budget() const;
+  // How far truncate() goes back without refeeding (EngineOptions::rollback_tokens).
+  int64_t rollback_tokens() const;
   int threads() const;                            // CPU threads the forward uses
   const GenerationDefaults& generation_defaults() const;
   // The kernels bound for an op group, for logs: "moe" (routed experts) or
@@ -167,6 +177,9 @@ class Engine {
   bool has_tokenizer() const;
   std::vector<int32_t> tokenize(const std::string& text, bool allow_special = true) const;
   std::string detokenize(std::span<const int32_t> ids, bool skip_special = false) const;
+  // One token's raw bytes (detokenize() makes text of them, replacing a
+  // partial UTF-8 character with U+FFFD); an id outside the vocabulary throws.
+  std::string token_bytes(int32_t id) const;
 
   // Sequences. Every call naming an id that was never created, or was
   // released, throws an error naming it.
@@ -211,6 +224,27 @@ class Engine {
                             const std::function<bool(int32_t)>& on_token = {});
   // Makes a running (or the next) generate() on `seq` stop before its next token.
   void cancel(SeqId seq);
+
+  // Speculative decoding across a batch, for callers that run their own
+  // step loop (the server; docs/speculative.md "In serve"). generate() with
+  // draft_tokens needs none of this.
+  //  1. enable_draft(seq): from now on the steps of `seq` keep the main
+  //     model's states its MTP layer reads (throws naming why when the model
+  //     has no usable one). fork() copies that; truncate() restarts it cold.
+  //  2. draft(batch): k chained drafts per sequence, one draft forward per
+  //     draft position over the whole batch. A sequence that has fed nothing
+  //     since enable_draft gets none.
+  //  3. step() with [last, drafts...] and all_logits (prompt chunks and other
+  //     sequences may share the step).
+  //  4. accept_drafts(seq, those logits, params): rejection sampling with the
+  //     sequence's own sampler (as sample(): made from `params` the first
+  //     time), the state rolled back past the rejected drafts. Returns the
+  //     emitted tokens (1 .. k + 1); the last one is not fed. Greedy, they
+  //     are exactly what sample() one step at a time would have given.
+  void enable_draft(SeqId seq);
+  std::vector<std::vector<int32_t>> draft(std::span<const DraftInput> batch, SpecDecodeStats* stats = nullptr);
+  std::vector<int32_t> accept_drafts(SeqId seq, const float* logits, const SamplingParams& params,
+                                     SpecDecodeStats* stats = nullptr);
 
  private:
   struct Impl;

@@ -16,7 +16,9 @@
 #include "cli/load_flags.h"
 #include "cli/usage_error.h"
 #include "nibble/engine.h"
+#include "runtime/speculative.h"
 #include "server/http_server.h"
+#include "util/error.h"
 
 namespace nibble::cli {
 namespace {
@@ -41,8 +43,12 @@ std::vector<OptionSpec> options() {
       {"--max-queue", "N", "requests waiting beyond those; more get 503 + Retry-After (default 64)"},
       {"-c,--ctx-size", "N", "tokens per sequence, prompt and reply (default: the model's)"},
       {"--alias", "NAME", "the model name /v1/models lists (default: the model folder's name)"},
-      {"--cache-tokens", "N", "prompt tokens kept for prefix reuse, LRU over all prompts; 0 = off (default 16384)"},
+      {"--cache-tokens", "N", "tokens kept for prefix reuse (prompts and finished replies, LRU); 0 = off (default 16384)"},
       {"--step-tokens", "N", "most tokens one engine step processes, decode and prefill chunks (default 256)"},
+      {"--spec-draft-tokens", "K",
+       "speculative decoding with the model's MTP layer, K drafts per sequence and step, 1..15, verified for all "
+       "sequences in one batched step (default 0 = off; docs/speculative.md)"},
+      {"--no-spec", "", "no speculative decoding (the default)"},
   };
   for (auto& spec : model_load_options()) o.push_back(spec);
   return o;
@@ -81,6 +87,7 @@ int run_serve(const std::vector<std::string>& argv) {
   std::string alias = std::filesystem::path(dir).lexically_normal().filename().string();
   if (alias.empty()) alias = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
   so.model_id = args.str("--alias", alias.empty() ? "nibble" : alias);
+  so.draft_tokens = args.has("--no-spec") ? 0 : args.integer("--spec-draft-tokens", 0, 0, 15);
 
   EngineOptions eo;
   eo.threads = threads_arg(args);
@@ -123,8 +130,26 @@ int run_serve(const std::vector<std::string>& argv) {
     throw;
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string no_draft = engine->draft_unavailable();
+  if (so.draft_tokens > 0 && !no_draft.empty()) {
+    http.stop();
+    listener.join();
+    fail("--spec-draft-tokens ", so.draft_tokens, ": speculative decoding needs the model's MTP layer: ", no_draft);
+  }
   http.attach(*engine);
   std::fprintf(stderr, "nibble serve: %s loaded in %.2f s; ready\n", so.model_id.c_str(), load_s);
+  // Whether speculation runs, and why (as explain says it).
+  if (so.draft_tokens > 0)
+    std::fprintf(stderr, "nibble serve: speculative decoding: on, %lld drafts per step with the MTP layer "
+                 "(--spec-draft-tokens)\n", (long long)so.draft_tokens);
+  else if (args.has("--no-spec"))
+    std::fprintf(stderr, "nibble serve: speculative decoding: off (--no-spec)\n");
+  else if (!no_draft.empty())
+    std::fprintf(stderr, "nibble serve: speculative decoding: off, the model has no usable MTP layer: %s\n",
+                 no_draft.c_str());
+  else
+    std::fprintf(stderr, "nibble serve: speculative decoding: off; the model has an MTP layer, but %s "
+                 "--spec-draft-tokens K turns it on.\n", kDefaultDraftWhy);
   while (g_stop_signal.load() == 0 && !served.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 
   std::fprintf(stderr, "nibble serve: %s, shutting down\n",

@@ -42,6 +42,7 @@ struct Sequence {
   std::unique_ptr<ModelState> state;
   std::vector<int32_t> history;       // every token fed, in order (repetition_penalty's context)
   std::unique_ptr<Sampler> sampler;   // made at the first sample()
+  std::unique_ptr<DraftTrack> draft;  // after enable_draft(): what the MTP layer reads (runtime/speculative.h)
   std::atomic<bool> cancel{false};
   bool busy = false;                  // a step or generate() is using it
 };
@@ -141,6 +142,7 @@ int64_t Engine::max_context() const { return impl_->model->max_context(); }
 int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
 int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
+int64_t Engine::rollback_tokens() const { return impl_->rollback_tokens; }
 int Engine::threads() const { return impl_->model->plan().device.cores; }
 std::string Engine::draft_unavailable() const {
   return impl_->model->has_draft() ? std::string() : impl_->model->draft_unavailable();
@@ -179,6 +181,11 @@ std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special) 
   return impl_->tokenizer->decode(ids, skip_special);
 }
 
+std::string Engine::token_bytes(int32_t id) const {
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json");
+  return impl_->tokenizer->token_bytes(id);
+}
+
 SeqId Engine::create() {
   auto s = std::make_unique<Sequence>();
   s->state = impl_->model->new_state();
@@ -194,6 +201,8 @@ SeqId Engine::fork(SeqId seq) {
   auto s = std::make_unique<Sequence>();
   s->state = impl_->model->fork(*busy.held[0]->state);
   s->history = busy.held[0]->history;
+  if (busy.held[0]->draft)
+    s->draft = std::make_unique<DraftTrack>(fork_track(*impl_->model, *busy.held[0]->draft));
   std::lock_guard<std::mutex> lock(impl_->mu);
   const SeqId id = impl_->next_id++;
   impl_->seqs.emplace(id, std::move(s));
@@ -209,6 +218,9 @@ void Engine::truncate(SeqId seq, int64_t position) {
     fail("sequence ", seq, ": ", e.what());
   }
   busy.held[0]->history.resize(size_t(position));
+  // The pending rows are of positions now gone, and the draft state read
+  // them: drafting restarts from the rows fed next.
+  if (busy.held[0]->draft) reset_track(*impl_->model, *busy.held[0]->draft);
 }
 
 void Engine::release(SeqId seq) {
@@ -246,6 +258,8 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
   const int64_t V = vocab_size();
   std::vector<std::vector<float>> out(batch.size());
   std::vector<SeqStep> steps(batch.size());
+  std::vector<std::vector<float>> hidden(batch.size());  // drafting sequences: the rows their MTP layer reads
+  const int64_t capture = impl_->model->has_draft() ? capture_rows_wanted(*impl_->model) : 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const StepInput& in = batch[i];
     SeqStep& s = steps[i];
@@ -257,12 +271,22 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
       out[i].resize(size_t((s.rows == LogitRows::all ? int64_t(in.tokens.size()) : 1) * V));
       s.logits = out[i].data();
     }
+    if (busy.held[i]->draft && !in.tokens.empty()) {
+      const int64_t n = int64_t(in.tokens.size()), c = std::min(n, capture);
+      hidden[i].resize(size_t(c * impl_->model->hidden_width()));
+      s.hidden = hidden[i].data();
+      s.hidden_first = n - c;
+    }
   }
   // Every input is checked before the model changes any state, so on an
   // error the histories stay in step with the states.
   auto record = [&] {
-    for (size_t i = 0; i < batch.size(); ++i)
+    for (size_t i = 0; i < batch.size(); ++i) {
       busy.held[i]->history.insert(busy.held[i]->history.end(), batch[i].tokens.begin(), batch[i].tokens.end());
+      if (!hidden[i].empty())
+        capture_rows(*impl_->model, *busy.held[i]->draft, batch[i].tokens, hidden[i].data(),
+                     int64_t(hidden[i].size()) / impl_->model->hidden_width());
+    }
   };
   if (!report) {
     impl_->model->step(steps);
@@ -289,7 +313,9 @@ int32_t Engine::sample(SeqId seq, const float* logits, const SamplingParams& par
 
 void Engine::reseed(SeqId seq) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->find(seq).sampler.reset();
+  Sequence& s = impl_->find(seq);
+  s.sampler.reset();
+  if (s.draft) s.draft->seeded = false;
 }
 
 GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, const GenerationParams& params,
@@ -366,6 +392,55 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
 void Engine::cancel(SeqId seq) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->find(seq).cancel = true;
+}
+
+void Engine::enable_draft(SeqId seq) {
+  const SeqId ids[1] = {seq};
+  Impl::Busy busy(*impl_, ids);
+  if (!impl_->model->has_draft())
+    fail("speculative decoding needs the model's MTP layer: ", impl_->model->draft_unavailable());
+  Sequence& s = *busy.held[0];
+  if (s.draft) return;
+  s.draft = std::make_unique<DraftTrack>();
+  reset_track(*impl_->model, *s.draft);
+}
+
+std::vector<std::vector<int32_t>> Engine::draft(std::span<const DraftInput> batch, SpecDecodeStats* stats) {
+  std::vector<SeqId> ids;
+  for (const DraftInput& in : batch) ids.push_back(in.seq);
+  Impl::Busy busy(*impl_, ids);
+  std::vector<DraftRequest> reqs(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence& s = *busy.held[i];
+    if (!s.draft) fail("sequence ", batch[i].seq, " drafts without enable_draft()");
+    if (batch[i].tokens > impl_->rollback_tokens)
+      fail("--spec-draft-tokens ", batch[i].tokens, " is more than the states' rollback reach of ",
+           impl_->rollback_tokens, " tokens (EngineOptions::rollback_tokens)");
+    if (batch[i].last < 0 || int64_t(batch[i].last) >= vocab_size())
+      fail("sequence ", batch[i].seq, ": token ", batch[i].last, " is outside the vocabulary");
+    reqs[i] = {s.draft.get(), batch[i].last, batch[i].tokens, sampler_config(batch[i].sampling)};
+  }
+  draft_batch(*impl_->model, reqs, stats);
+  std::vector<std::vector<int32_t>> out(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) out[i] = busy.held[i]->draft->drafts;
+  return out;
+}
+
+std::vector<int32_t> Engine::accept_drafts(SeqId seq, const float* logits, const SamplingParams& params,
+                                           SpecDecodeStats* stats) {
+  const SeqId ids[1] = {seq};
+  Impl::Busy busy(*impl_, ids);
+  Sequence& s = *busy.held[0];
+  if (!s.draft) fail("sequence ", seq, " accepts drafts without enable_draft()");
+  if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params));
+  std::vector<int32_t> emitted;
+  try {
+    emitted = nibble::accept_drafts(*impl_->model, *s.state, *s.draft, *s.sampler, s.history, logits, stats);
+  } catch (const Error& e) {
+    fail("sequence ", seq, ": ", e.what());
+  }
+  s.history.resize(size_t(s.state->position()));
+  return emitted;
 }
 
 }  // namespace nibble

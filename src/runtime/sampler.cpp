@@ -88,8 +88,13 @@ double Sampler::next_uniform() {
 }
 
 std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logits, int64_t vocab) const {
+  return distribution(logits, vocab, config_.context);
+}
+
+std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logits, int64_t vocab,
+                                                              std::span<const int32_t> context) const {
   if (!has_penalties()) return distribution_of(logits, vocab);
-  const std::vector<float> p = penalized(logits, vocab, config_.context);
+  const std::vector<float> p = penalized(logits, vocab, context);
   return distribution_of(p.data(), vocab);
 }
 

@@ -57,6 +57,9 @@ class Sampler {
   // The distribution sample() draws from: (id, probability) of every token
   // that survives the filters, probabilities summing to 1. Exposed for tests.
   std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_t vocab) const;
+  // The same with `context` in place of config().context (as sample()).
+  std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_t vocab,
+                                                       std::span<const int32_t> context) const;
 
   const SamplerConfig& config() const { return config_; }
 

@@ -63,20 +63,35 @@ int32_t rejection_sample(std::span<const std::pair<int32_t, double>> p, std::spa
 namespace {
 
 // splitmix64, like the Sampler's, on its own stream.
+constexpr uint64_t kUniformSalt = 0x7370656364656364ull;
+double next_uniform(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
 class Uniform {
  public:
-  explicit Uniform(uint64_t seed) : state_(seed ^ 0x7370656364656364ull) {}
-  double next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return double(z >> 11) * (1.0 / 9007199254740992.0);
-  }
+  explicit Uniform(uint64_t seed) : state_(seed ^ kUniformSalt) {}
+  double next() { return next_uniform(state_); }
 
  private:
   uint64_t state_;
 };
+
+// The draft distribution q of speculative_generate(): the target's
+// temperature and filters, without penalties (any q keeps the output exact;
+// this one is close to p).
+SamplerConfig draft_config(const SamplerConfig& target) {
+  SamplerConfig d = target;
+  d.repetition_penalty = 1.0f;
+  d.presence_penalty = d.frequency_penalty = 0.0f;
+  d.context.clear();
+  d.observe = nullptr;
+  return d;
+}
 
 int32_t draw(std::span<const std::pair<int32_t, double>> dist, double u) {
   double acc = 0;
@@ -114,14 +129,7 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
   }
   const int64_t V = model.vocab_size(), W = model.hidden_width();
   Sampler sampler(options.sampler);
-  // The draft distribution q: the same temperature and filters, no penalties
-  // (any q keeps the output exact; this one is close to p).
-  SamplerConfig dcfg = options.sampler;
-  dcfg.repetition_penalty = 1.0f;
-  dcfg.presence_penalty = dcfg.frequency_penalty = 0.0f;
-  dcfg.context.clear();
-  dcfg.observe = nullptr;
-  const Sampler draft_sampler(dcfg);
+  const Sampler draft_sampler(draft_config(options.sampler));
   Uniform uniform(options.sampler.seed);
   SpecDecodeStats local;
   local.drafted.assign(size_t(k), 0);
@@ -285,6 +293,186 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
   r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   if (stats) stats->add(local);
   return r;
+}
+
+// ---- Speculation across a batch ----------------------------------------------
+
+DraftTrack fork_track(const Model& model, const DraftTrack& track) {
+  DraftTrack t;
+  t.state = model.fork(*track.state);
+  t.hidden = track.hidden;
+  t.next = track.next;
+  t.rows = track.rows;
+  t.drafts = track.drafts;
+  t.q = track.q;
+  t.uniform = track.uniform;
+  t.seeded = track.seeded;
+  return t;
+}
+
+void reset_track(const Model& model, DraftTrack& track) {
+  const bool seeded = track.seeded;
+  const uint64_t uniform = track.uniform;
+  track = DraftTrack{};
+  track.state = model.new_draft_state();
+  track.seeded = seeded;
+  track.uniform = uniform;
+}
+
+int64_t capture_rows_wanted(const Model& model) {
+  // The layer's window, and a verify step's k + 1 rows whatever the window.
+  return std::max<int64_t>(model.draft_context(), kMaxDraftTokens + 1);
+}
+
+void capture_rows(const Model& model, DraftTrack& track, std::span<const int32_t> tokens, const float* hidden,
+                  int64_t captured) {
+  const int64_t n = int64_t(tokens.size()), W = model.hidden_width();
+  if (n == 0 || captured == 0) return;
+  if (captured < n) {
+    // Rows before the captured ones were not kept: the pending run starts over.
+    track.hidden.clear();
+    track.next.clear();
+    track.rows = 0;
+  } else if (track.rows > 0) {
+    track.next.push_back(tokens[0]);  // the token after the previous last row
+  }
+  track.hidden.insert(track.hidden.end(), hidden, hidden + captured * W);
+  track.next.insert(track.next.end(), tokens.end() - captured + 1, tokens.end());
+  track.rows += captured;
+  const int64_t keep = capture_rows_wanted(model);
+  if (track.rows > keep) {
+    const int64_t drop = track.rows - keep;
+    track.hidden.erase(track.hidden.begin(), track.hidden.begin() + drop * W);
+    track.next.erase(track.next.begin(), track.next.begin() + drop);
+    track.rows = keep;
+  }
+}
+
+void draft_batch(const Model& model, std::span<DraftRequest> batch, SpecDecodeStats* stats) {
+  const int64_t V = model.vocab_size(), W = model.hidden_width();
+  auto d0 = std::chrono::steady_clock::now();
+  struct Work {
+    DraftRequest* req;
+    Sampler q_sampler;
+    std::vector<int32_t> tokens;  // round 1: the pending rows' next tokens, `last` at the end
+    std::vector<float> logits, own, own_next;
+    int64_t keep = 0;             // the draft state's position after round 1 (rows from the main model)
+  };
+  std::vector<Work> work;
+  work.reserve(batch.size());
+  int64_t max_k = 0;
+  for (DraftRequest& r : batch) {
+    DraftTrack& t = *r.track;
+    t.drafts.clear();
+    t.q.clear();
+    if (r.k < 1 || t.rows == 0) continue;
+    if (r.k > kMaxDraftTokens) fail("--spec-draft-tokens must be in [1, ", kMaxDraftTokens, "], got ", r.k);
+    if (!t.seeded) {
+      t.uniform = r.sampler.seed ^ kUniformSalt;
+      t.seeded = true;
+    }
+    Work w{&r, Sampler(draft_config(r.sampler)), t.next, std::vector<float>(size_t(V)),
+           std::vector<float>(size_t(W)), std::vector<float>(size_t(W)), 0};
+    w.tokens.push_back(r.last);
+    work.push_back(std::move(w));
+    max_k = std::max(max_k, r.k);
+  }
+  if (work.empty()) return;
+  std::vector<DraftStep> steps;
+  std::vector<int32_t> one(work.size());
+  for (int64_t j = 0; j < max_k; ++j) {
+    steps.clear();
+    std::vector<Work*> in_round;
+    for (size_t i = 0; i < work.size(); ++i) {
+      Work& w = work[i];
+      if (w.req->k <= j) continue;
+      DraftStep d;
+      d.state = w.req->track->state.get();
+      if (j == 0) {
+        // Draft 1 reads the main model's pending rows, the last with `last`.
+        d.tokens = w.tokens;
+        d.hidden = w.req->track->hidden.data();
+      } else {
+        // Draft j + 1 reads draft j's own output state and token (chained).
+        one[i] = w.req->track->drafts.back();
+        d.tokens = std::span<const int32_t>(&one[i], 1);
+        d.hidden = w.own.data();
+      }
+      d.rows = LogitRows::last;
+      d.logits = w.logits.data();
+      d.hidden_out = w.own_next.data();
+      steps.push_back(d);
+      in_round.push_back(&w);
+    }
+    model.draft_step(steps);
+    for (Work* w : in_round) {
+      DraftTrack& t = *w->req->track;
+      if (j == 0) w->keep = t.state->position();
+      w->own.swap(w->own_next);
+      t.q.push_back(w->q_sampler.distribution(w->logits.data(), V));
+      t.drafts.push_back(draw(t.q.back(), next_uniform(t.uniform)));
+    }
+    if (stats) stats->draft_forwards += int64_t(in_round.size());
+  }
+  for (Work& w : work) {
+    DraftTrack& t = *w.req->track;
+    // The chained rows read the draft's own states: the next round replaces
+    // them by the main model's rows of the accepted positions.
+    model.truncate(*t.state, w.keep);
+    t.hidden.clear();
+    t.next.clear();
+    t.rows = 0;
+  }
+  if (stats) stats->draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+}
+
+std::vector<int32_t> accept_drafts(const Model& model, ModelState& state, DraftTrack& track, Sampler& target,
+                                   std::span<const int32_t> history, const float* logits, SpecDecodeStats* stats) {
+  const int64_t V = model.vocab_size(), W = model.hidden_width();
+  const int64_t k = int64_t(track.drafts.size());
+  const int64_t P = state.position() - (k + 1);  // where `last` was fed
+  if (P < 0 || int64_t(history.size()) != state.position() || track.rows != k + 1)
+    fail("accept_drafts: the sequence was not just fed [last, ", k, " drafts] (position ", state.position(),
+         ", ", track.rows, " rows captured)");
+  std::vector<int32_t> emitted;
+  bool all_accepted = true;
+  if (stats) {
+    // Every proposed draft counts (vLLM's num_draft_tokens), also those
+    // after the first rejection, which are never checked.
+    if (stats->drafted.size() < size_t(k)) stats->drafted.resize(size_t(k), 0);
+    if (stats->accepted.size() < size_t(k)) stats->accepted.resize(size_t(k), 0);
+    for (int64_t j = 0; j < k; ++j) stats->drafted[size_t(j)] += 1;
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    // Row j predicts the token after [.., last, d_1 .. d_j]: those are its context.
+    const auto ctx = history.first(size_t(P + j + 1));
+    const auto p = target.distribution(logits + j * V, V, ctx);
+    bool accepted = false;
+    const double u1 = next_uniform(track.uniform), u2 = next_uniform(track.uniform);
+    const int32_t tok = rejection_sample(p, track.q[size_t(j)], track.drafts[size_t(j)], u1, u2, &accepted);
+    target.record(tok);
+    if (stats) stats->accepted[size_t(j)] += accepted;
+    emitted.push_back(tok);
+    if (!accepted) {
+      all_accepted = false;
+      break;
+    }
+  }
+  if (all_accepted) emitted.push_back(target.sample(logits + k * V, V, history.first(size_t(P + k + 1))));
+  const int64_t i = int64_t(emitted.size());
+  if (stats) {
+    stats->steps += 1;
+    stats->emitted += i;
+  }
+  // Keep [last, e_1 .. e_{i-1}] fed; their main-model rows are the next
+  // round's pending rows (the last one's next token is e_i, given then).
+  model.truncate(state, P + i);
+  track.hidden.resize(size_t(i * W));
+  track.next.assign(emitted.begin(), emitted.end() - 1);
+  track.rows = i;
+  track.drafts.clear();
+  track.q.clear();
+  return emitted;
 }
 
 }  // namespace nibble

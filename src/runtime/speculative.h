@@ -21,12 +21,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "model/model.h"
 #include "nibble/engine.h"
 #include "runtime/generate.h"
+#include "runtime/sampler.h"
 
 namespace nibble {
 
@@ -43,7 +46,10 @@ constexpr int64_t kMaxDraftTokens = 15;
 // for acceptance 0.5-0.9, but on shallow models (a draft 0.6-1.1 of a step:
 // the 2-layer Flash-shaped and the shipped model, measured) it loses, and no
 // full-depth checkpoint with a trained MTP layer was at hand to confirm the
-// acceptance. Opt in with --spec-draft-tokens 2 on full-depth checkpoints.
+// acceptance. The shipped model's trained layer (first drafts accepted 0.68
+// greedy) still runs at 0.66-0.83x plain speed: a draft costs about a
+// decode step on 6 layers. Opt in with --spec-draft-tokens 2 on full-depth
+// checkpoints.
 constexpr int64_t kDefaultDraftTokens = 0;
 inline constexpr const char* kDefaultDraftWhy =
     "it is off by default: on this CPU a verify step of k + 1 tokens costs 1.2-1.6x a decode step, which pays "
@@ -71,5 +77,71 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
 // *accepted.
 int32_t rejection_sample(std::span<const std::pair<int32_t, double>> p, std::span<const std::pair<int32_t, double>> q,
                          int32_t draft, double u1, double u2, bool* accepted);
+
+// ---- Speculation across a batch (the server) ---------------------------------
+// generate() above runs one sequence's whole loop. The server's scheduler
+// instead interleaves many sequences and prompt chunks in one Engine::step,
+// so the loop is split into its parts, each batched over sequences:
+//   capture  (inside Engine::step): keep the main model's states of the rows
+//            the draft layer has not read yet;
+//   draft    (Engine::draft): chained drafts for every sequence, one
+//            Model::draft_step per draft position over all of them;
+//   verify   (the caller's Engine::step, [last, d_1 .. d_k] with all logits,
+//            together with anything else in the batch);
+//   accept   (Engine::accept_drafts): rejection sampling against the
+//            sequence's own sampler, then the rollback.
+// A sequence's share is exactly what speculative_generate() does for it, so
+// greedy output is plain decoding's, token for token.
+
+// What a sequence keeps for it (Engine: a sequence after enable_draft()).
+struct DraftTrack {
+  std::unique_ptr<ModelState> state;         // the draft layer's own (Model::new_draft_state)
+  // Main-model rows the draft layer has not read: consecutive positions,
+  // at most draft_context() of them (older rows fall outside its window).
+  std::vector<float> hidden;                 // [rows][hidden_width]
+  std::vector<int32_t> next;                 // [rows - 1]: the token after each row but the last
+  int64_t rows = 0;
+  // The last draft round, for accept_drafts.
+  std::vector<int32_t> drafts;               // [k]
+  std::vector<std::vector<std::pair<int32_t, double>>> q;  // [k] the distributions they were drawn from
+  uint64_t uniform = 0;                      // the rejection sampler's stream (splitmix64 state)
+  bool seeded = false;                       // `uniform` seeded from the sampling seed
+};
+
+// A copy (Engine::fork): the draft state forked, the rest copied.
+DraftTrack fork_track(const Model& model, const DraftTrack& track);
+// Back to nothing read (a truncation the track cannot follow): drafting
+// starts cold again from the rows fed next.
+void reset_track(const Model& model, DraftTrack& track);
+
+// Rows a step of n tokens should capture: min(n, this). Older rows fall
+// outside the draft layer's window.
+int64_t capture_rows_wanted(const Model& model);
+// Engine::step's part: a step fed `tokens` and wrote the main model's states
+// of its last `captured` rows to `hidden` ([captured][hidden_width]).
+void capture_rows(const Model& model, DraftTrack& track, std::span<const int32_t> tokens, const float* hidden,
+                  int64_t captured);
+
+// One sequence's share of a draft round.
+struct DraftRequest {
+  DraftTrack* track = nullptr;
+  int32_t last = 0;                          // sampled, not yet fed: the token after the last pending row
+  int64_t k = 0;                             // drafts wanted, 1 .. kMaxDraftTokens
+  SamplerConfig sampler;                     // the target's; q uses its temperature and filters, no penalties
+};
+
+// Drafts for every request, chained, one draft_step per draft position over
+// all of them. A track with no pending rows gets no drafts. Returns
+// track->drafts (also kept in the track with their q for accept_drafts).
+void draft_batch(const Model& model, std::span<DraftRequest> batch, SpecDecodeStats* stats);
+
+// After the verify step fed [last, drafts...] at main position P (now
+// P + k + 1) with `logits` [k + 1][vocab]: accepts by rejection sampling with
+// `target` (the sequence's sampler; `history` the tokens fed, verify rows
+// included, for repetition_penalty), truncates `state` to P + emitted and
+// the track's pending rows to match. Returns the emitted tokens (1 .. k + 1;
+// the last one is not fed).
+std::vector<int32_t> accept_drafts(const Model& model, ModelState& state, DraftTrack& track, Sampler& target,
+                                   std::span<const int32_t> history, const float* logits, SpecDecodeStats* stats);
 
 }  // namespace nibble

@@ -13,8 +13,8 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
-ChoiceBuilder::ChoiceBuilder(size_t index, ChoiceOptions options, TokenText token_text)
-    : index_(index), opt_(std::move(options)), token_text_(std::move(token_text)),
+ChoiceBuilder::ChoiceBuilder(size_t index, ChoiceOptions options, TokenText token_text, TokenText token_bytes)
+    : index_(index), opt_(std::move(options)), token_text_(std::move(token_text)), token_bytes_(std::move(token_bytes)),
       parser_(opt_.start == ReplyParser::Start::Content && opt_.thinking ? ReplyParser::Start::Reasoning : opt_.start,
               opt_.forced_name) {
   if (opt_.chat) all_logprobs_ = json::array();
@@ -27,14 +27,17 @@ ChoiceBuilder::ChoiceBuilder(size_t index, ChoiceOptions options, TokenText toke
 json ChoiceBuilder::logprob_entries(const std::vector<TokenLogprob>& lps) {
   if (opt_.chat) {
     json content = json::array();
+    // OpenAI's `bytes`: what the token is, which its text (U+FFFD for a
+    // partial UTF-8 character) cannot always say.
+    auto bytes = [&](int32_t id, const std::string& text) { return bytes_of(token_bytes_ ? token_bytes_(id) : text); };
     for (const auto& lp : lps) {
       const std::string t = token_text_(lp.token);
       json top = json::array();
       for (const auto& [id, v] : lp.top) {
         const std::string s = token_text_(id);
-        top.push_back({{"token", s}, {"logprob", v}, {"bytes", bytes_of(s)}});
+        top.push_back({{"token", s}, {"logprob", v}, {"bytes", bytes(id, s)}});
       }
-      content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+      content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes(lp.token, t)}, {"top_logprobs", top}});
     }
     return content;
   }

@@ -36,12 +36,15 @@ struct ChoiceOptions {
   std::string call_id_prefix = "call_";     // tool_call ids are this + the call's index
 };
 
-// The text of one token id (for log-probabilities).
+// The text of one token id (for log-probabilities), or its raw bytes.
 using TokenText = std::function<std::string(int32_t)>;
 
 class ChoiceBuilder {
  public:
-  ChoiceBuilder(size_t index, ChoiceOptions options, TokenText token_text);
+  // `token_bytes`: a token's raw bytes for the logprobs' `bytes` (a token
+  // ending inside a UTF-8 character has bytes its text cannot show); empty:
+  // the bytes of its text.
+  ChoiceBuilder(size_t index, ChoiceOptions options, TokenText token_text, TokenText token_bytes = {});
 
   // Streaming: the chunk choices ({"index", "delta" | "text", "logprobs",
   // "finish_reason"}) this update produces; the finish chunk when u.done
@@ -70,7 +73,7 @@ class ChoiceBuilder {
 
   size_t index_;
   ChoiceOptions opt_;
-  TokenText token_text_;
+  TokenText token_text_, token_bytes_;
   ReplyParser parser_;
   bool role_sent_ = false, done_ = false;
   std::string finish_;

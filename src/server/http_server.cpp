@@ -4,7 +4,9 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/chat_page.h"
 #include "server/choice_builder.h"
 #include "server/request.h"
 #include "server/scheduler.h"
@@ -95,6 +98,48 @@ void widen_backlog(int port) {
   }
 }
 
+// cpp-httplib 0.11 gives a handler no way to see its connection close
+// (no is_connection_closed()), so a non-streamed request, which writes
+// nothing until its reply is whole, would generate on for a client long
+// gone. The handler's socket is found among this process's descriptors by
+// its two ends (the request's local and remote address and port; httplib
+// keeps it open while the handler runs, so the number cannot be reused
+// meanwhile) and then polled: a readable socket whose peek reads 0 bytes has
+// been closed by the peer. -1: not found (the check is then skipped).
+int connection_fd(const httplib::Request& req) {
+  auto port_of = [](const sockaddr_storage& a) {
+    return a.ss_family == AF_INET    ? int(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port))
+           : a.ss_family == AF_INET6 ? int(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port))
+                                     : -1;
+  };
+  auto addr_of = [](const sockaddr_storage& a) {
+    char buf[INET6_ADDRSTRLEN] = "";
+    if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+    if (a.ss_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+    return std::string(buf);
+  };
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_storage peer{}, self{};
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    if (port_of(peer) != req.remote_port || addr_of(peer) != req.remote_addr) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0 || port_of(self) != req.local_port) continue;
+    return fd;
+  }
+  return -1;
+}
+
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP)) return true;
+  char c;
+  // Data is a pipelined next request: still there. 0 bytes: closed.
+  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -122,7 +167,7 @@ struct HttpServer::Impl {
     engine_ptr = &e;
     ctx = e.max_context();
     if (opt.ctx_size > 0) ctx = std::min(ctx, opt.ctx_size);
-    scheduler_ptr = std::make_unique<Scheduler>(e, opt.parallel, opt.max_queue, opt.cache_tokens);
+    scheduler_ptr = std::make_unique<Scheduler>(e, opt.parallel, opt.max_queue, opt.cache_tokens, opt.draft_tokens);
     chat_format = detect_chat_format(e.architecture(), e.has_tokenizer() ? engine_tokenize() : TokenizeFn());
     ready.store(true);
   }
@@ -186,15 +231,23 @@ struct HttpServer::Impl {
   }
 
   // Runs a request's jobs to their end for a non-streamed reply.
-  void answer_whole(httplib::Response& res, const std::vector<std::shared_ptr<Job>>& jobs,
+  void answer_whole(const httplib::Request& req, httplib::Response& res, const std::vector<std::shared_ptr<Job>>& jobs,
                     std::vector<ChoiceBuilder>& choices, bool chat, const std::string& id) {
     int64_t tokens = 0;
+    const int fd = connection_fd(req);
     for (size_t i = 0; i < jobs.size(); ++i) {
       JobUpdate u;
       for (;;) {
         // Woken at the end only; the 50 ms polls let a finished tool-call
-        // block stop the job early.
-        if (!jobs[i]->wait_end(u, std::chrono::milliseconds(50))) continue;
+        // block stop the job early, and notice a client that has gone (its
+        // jobs are then cancelled at the scheduler's next step).
+        const bool got = jobs[i]->wait_end(u, std::chrono::milliseconds(50));
+        if (peer_closed(fd)) {
+          for (auto& j : jobs) j->cancel();
+          res.status = 499;  // nginx's "client closed request", for the log line; nobody reads it
+          return;
+        }
+        if (!got) continue;
         choices[i].add(u);
         if (choices[i].wants_stop()) jobs[i]->stop();
         if (u.done) break;
@@ -308,7 +361,7 @@ struct HttpServer::Impl {
         [st](bool) { st->cancel(); });  // a no-op once the jobs are done
   }
 
-  void generate(const httplib::Request&, httplib::Response& res, GenerationRequest r, std::vector<int32_t> prompt,
+  void generate(const httplib::Request& req, httplib::Response& res, GenerationRequest r, std::vector<int32_t> prompt,
                 bool chat, ChoiceOptions co = {}) {
     check_model(r.model);
     tl_log.prompt_tokens = int64_t(prompt.size());
@@ -322,10 +375,12 @@ struct HttpServer::Impl {
     for (size_t i = 0; i < jobs.size(); ++i) {
       ChoiceOptions ci = co;
       ci.call_id_prefix = "call_" + id.substr(id.find('-') + 1) + "_" + std::to_string(i) + "_";
-      choices.emplace_back(i, std::move(ci), [e](int32_t t) { return e->detokenize(std::span<const int32_t>(&t, 1)); });
+      choices.emplace_back(
+          i, std::move(ci), [e](int32_t t) { return e->detokenize(std::span<const int32_t>(&t, 1)); },
+          [e](int32_t t) { return e->token_bytes(t); });
     }
     if (r.stream) answer_stream(res, std::move(jobs), std::move(choices), chat, id, r.include_usage);
-    else answer_whole(res, jobs, choices, chat, id);
+    else answer_whole(req, res, jobs, choices, chat, id);
   }
 
   TokenizeFn engine_tokenize() {
@@ -411,6 +466,13 @@ struct HttpServer::Impl {
   // ---- routes ----------------------------------------------------------------
 
   void routes() {
+    // The chat page (src/server/chat_page.h): static, open without the key
+    // (it holds no data; its requests carry the key the user enters).
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      const std::string_view page = chat_page_html();
+      res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+      res.set_header("Cache-Control", "no-cache");
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       if (ready.load()) return send_json(res, 200, {{"status", "ok"}});
       // Both shapes clients probe for: a status word, and llama-server's envelope.
@@ -469,7 +531,7 @@ struct HttpServer::Impl {
     // Authentication before routing; /health stays open for probes.
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       tl_log = RequestLog{true, Clock::now(), 0, 0};
-      if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (opt.api_key.empty() || req.path == "/health" || req.path == "/") return httplib::Server::HandlerResponse::Unhandled;
       std::string given = req.get_header_value("X-Api-Key");
       const std::string auth = req.get_header_value("Authorization");
       if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
@@ -542,6 +604,19 @@ struct HttpServer::Impl {
     metric("prefix_cache_hits_total", "counter", "Requests that started from a kept prompt state.", s.cache_hits);
     metric("prefix_cache_entries", "gauge", "Prompt states kept for reuse.", s.cache_entries);
     metric("prefix_cache_tokens", "gauge", "Prompt tokens those states hold.", s.cache_tokens);
+    // Speculative decoding, under vLLM's names (its dashboards compute the
+    // mean acceptance length as 1 + accepted / drafts).
+    int64_t drafted = 0, accepted = 0;
+    for (int64_t d : s.spec.drafted) drafted += d;
+    for (int64_t a : s.spec.accepted) accepted += a;
+    metric("spec_decode_num_drafts_total", "counter", "Verify steps that checked drafts.", s.spec.steps);
+    metric("spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed by the MTP layer.", drafted);
+    metric("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", accepted);
+    out += "# HELP nibble:spec_decode_num_accepted_tokens_per_pos_total Draft tokens accepted, by draft position "
+           "(0 = the first draft).\n# TYPE nibble:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+    for (size_t j = 0; j < s.spec.accepted.size(); ++j)
+      out += "nibble:spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(j) + "\"} " +
+             std::to_string(s.spec.accepted[j]) + "\n";
     out += s.ttft.exposition("nibble:time_to_first_token_seconds", "Time from a request's arrival to its first token.");
     out += s.itl.exposition("nibble:inter_token_latency_seconds", "Time between consecutive tokens of a request.");
     out += s.tpot.exposition("nibble:time_per_output_token_seconds",

@@ -7,7 +7,7 @@
 // serve(), then attach(engine)): until attach() every route answers 503,
 // /health with {"status": "loading"}, so probes see the load happen.
 //
-// Routes: GET /health, GET /v1/models, GET /v1/models/{id}, GET /metrics,
+// Routes: GET / (the chat page), GET /health, GET /v1/models, GET /v1/models/{id}, GET /metrics,
 // POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
 // POST /detokenize. Everything else is a 404 in OpenAI's error envelope.
 #pragma once
@@ -28,7 +28,8 @@ struct ServerOptions {
   int parallel = 4;                // sequences generating at once
   int max_queue = 64;              // requests waiting beyond those
   int64_t ctx_size = 0;            // tokens per sequence; 0 = the model's
-  int64_t cache_tokens = 16384;    // prompt tokens kept for prefix reuse; 0 = off
+  int64_t cache_tokens = 16384;    // tokens kept for prefix reuse (prompts, finished replies); 0 = off
+  int64_t draft_tokens = 0;        // speculative decoding's drafts per step (MTP layer); 0 = off
   size_t max_body_bytes = 8u << 20;
 };
 

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "server/api_error.h"
+#include "util/error.h"
 
 namespace nibble::server {
 namespace {
@@ -89,9 +90,17 @@ void Job::publish(const std::string& text, int64_t tokens, const char* finish, c
 
 // ---- Scheduler --------------------------------------------------------------
 
-Scheduler::Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens)
+Scheduler::Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens, int64_t draft_tokens)
     : engine_(engine), parallel_(size_t(std::max(1, parallel))), max_queue_(size_t(std::max(0, max_queue))),
-      cache_limit_(std::max<int64_t>(0, cache_tokens)), eos_(engine.eos_token_ids()) {
+      cache_limit_(std::max<int64_t>(0, cache_tokens)), draft_tokens_(std::max<int64_t>(0, draft_tokens)),
+      eos_(engine.eos_token_ids()) {
+  if (draft_tokens_ > 0)
+    if (const std::string why = engine.draft_unavailable(); !why.empty())
+      throw Error("--spec-draft-tokens " + std::to_string(draft_tokens_) +
+                  ": speculative decoding needs the model's MTP layer: " + why);
+  stats_.draft_tokens = draft_tokens_;
+  stats_.spec.drafted.assign(size_t(draft_tokens_), 0);
+  stats_.spec.accepted.assign(size_t(draft_tokens_), 0);
   // generation_config.json's eos_token_id ends replies too, as in `nibble run`.
   for (int64_t t : engine.generation_defaults().stop_tokens)
     if (std::find(eos_.begin(), eos_.end(), t) == eos_.end()) eos_.push_back(t);
@@ -182,24 +191,36 @@ bool Scheduler::admit(std::vector<std::shared_ptr<Job>>& running) {
 
 void Scheduler::start(Job& job) {
   job.started_ = true;
-  // The longest kept prompt that is a proper prefix of this one (one token
-  // at least must still be fed, for the logits to sample from).
+  // The kept state sharing the longest prefix with this prompt (one token at
+  // least must still be fed, for the logits to sample from). A state that
+  // goes past the shared prefix (a finished reply re-encoded differently at
+  // its end, two prompts after one system prompt) is forked and truncated
+  // back to it, when that is within the states' rollback reach (free; a
+  // deeper truncation would refeed the prefix, no better than a prefill).
   const auto& prompt = job.params.prompt;
+  const size_t reach = size_t(std::max<int64_t>(0, engine_.rollback_tokens()));
   auto best = cache_.end();
+  size_t best_len = 0;
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-    if (it->tokens.size() < prompt.size() && (best == cache_.end() || it->tokens.size() > best->tokens.size()) &&
-        std::equal(it->tokens.begin(), it->tokens.end(), prompt.begin()))
-      best = it;
+    const size_t limit = std::min(it->tokens.size(), prompt.size() - 1);
+    const size_t l = size_t(std::mismatch(it->tokens.begin(), it->tokens.begin() + std::ptrdiff_t(limit),
+                                          prompt.begin()).first - it->tokens.begin());
+    if (l == 0 || it->tokens.size() - l > reach || l <= best_len) continue;
+    best = it;
+    best_len = l;
   }
   if (best != cache_.end()) {
     cache_.splice(cache_.begin(), cache_, best);
     job.seq_ = engine_.fork(best->seq);
-    job.fed_ = best->tokens.size();
+    if (best_len < best->tokens.size()) engine_.truncate(job.seq_, int64_t(best_len));
+    job.fed_ = best_len;
     job.cached_tokens_.store(int64_t(job.fed_));
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.cache_hits;
   } else {
     job.seq_ = engine_.create();
+    // Forks (the prefix cache above, n > 1 choices) inherit it.
+    if (draft_tokens_ > 0) engine_.enable_draft(job.seq_);
   }
   job.text_ = std::make_unique<TextStream>(
       [this](std::span<const int32_t> ids) { return engine_.detokenize(ids); }, job.params.stop);
@@ -208,17 +229,18 @@ void Scheduler::start(Job& job) {
 void Scheduler::finish(Job& job, const char* reason, const std::string& error) {
   if (job.ended_) return;
   job.ended_ = true;
+  const std::string why = reason;
+  // What was held back (a possible stop-string start) is sent, unless a
+  // stop string or the client ended the job.
+  const bool keep = why == "stop" || why == "length";
   if (job.seq_ >= 0) {
-    engine_.release(job.seq_);
+    // A finished reply's state (prompt + reply) is kept for the next turn.
+    if (!(keep && remember(job.seq_))) engine_.release(job.seq_);
     job.seq_ = -1;
   }
   // Choices that have not forked the prompt yet cannot start without it.
   for (auto& f : job.followers_)
     if (!f->started_) finish(*f, reason, error);
-  const std::string why = reason;
-  // What was held back (a possible stop-string start) is sent, unless a
-  // stop string or the client ended the job.
-  const bool keep = why == "stop" || why == "length";
   const std::string rest = keep && job.text_ ? job.text_->flush() : "";
   {
     // Counted before the reader hears of the end, so /metrics read after a
@@ -250,19 +272,32 @@ void Scheduler::fork_followers(Job& leader) {
   }
 }
 
-// Keeps a fork of a job whose prompt was just fed, evicting the least
-// recently used entries past the bound.
+// Keeps a fork of a job whose prompt was just fed.
 void Scheduler::remember_prompt(const Job& job) {
   const auto& prompt = job.params.prompt;
-  if (cache_limit_ == 0 || int64_t(prompt.size()) > cache_limit_) return;
+  if (!cacheable(prompt)) return;
+  const SeqId copy = engine_.fork(job.seq_);
+  if (!remember(copy)) engine_.release(copy);
+}
+
+bool Scheduler::cacheable(const std::vector<int32_t>& tokens) const {
+  return cache_limit_ > 0 && !tokens.empty() && int64_t(tokens.size()) <= cache_limit_;
+}
+
+// Takes `seq` into the cache under the tokens it has fed, evicting the least
+// recently used entries past the bound; false (the caller keeps `seq`) when
+// it is not cacheable or the same tokens are kept already.
+bool Scheduler::remember(SeqId seq) {
+  std::vector<int32_t> tokens = engine_.tokens(seq);
+  if (!cacheable(tokens)) return false;
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-    if (it->tokens == prompt) {
+    if (it->tokens == tokens) {
       cache_.splice(cache_.begin(), cache_, it);
-      return;
+      return false;
     }
   }
-  cache_.push_front({prompt, engine_.fork(job.seq_)});
-  cache_held_ += int64_t(prompt.size());
+  cache_held_ += int64_t(tokens.size());
+  cache_.push_front({std::move(tokens), seq});
   while (cache_held_ > cache_limit_ || cache_.size() > kMaxCacheEntries) {
     cache_held_ -= int64_t(cache_.back().tokens.size());
     engine_.release(cache_.back().seq);
@@ -271,6 +306,7 @@ void Scheduler::remember_prompt(const Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.cache_entries = int64_t(cache_.size());
   stats_.cache_tokens = cache_held_;
+  return true;
 }
 
 void Scheduler::clear_cache() {
@@ -350,11 +386,47 @@ void Scheduler::loop() {
     owners.clear();
     int64_t budget = engine_.step_token_budget();
     int64_t prompt_fed = 0;
+    // Speculation: drafts for every decoding job first, in one draft round.
+    SpecDecodeStats spec;
+    if (draft_tokens_ > 0) {
+      std::vector<DraftInput> drafts;
+      std::vector<Job*> drafting;
+      const int64_t ctx = engine_.max_context();
+      // Drafts share the step's token budget after one token per decoding job.
+      int64_t room = budget;
+      for (auto& job : running)
+        if (job->started_ && job->fed_ == job->params.prompt.size()) --room;
+      for (auto& job : running) {
+        if (!job->started_ || job->fed_ < job->params.prompt.size()) continue;
+        job->feed_.assign(1, job->next_token_);
+        // Every emitted token needs budget, every fed one context (as generate()).
+        const int64_t k = std::min({draft_tokens_, job->params.max_tokens - job->generated_ - 1,
+                                    ctx - engine_.position(job->seq_) - 1, room});
+        if (k <= 0) continue;
+        room -= k;
+        drafts.push_back({job->seq_, job->next_token_, k, job->params.sampling});
+        drafting.push_back(job.get());
+      }
+      if (!drafts.empty()) {
+        try {
+          const auto got = engine_.draft(drafts, &spec);
+          for (size_t i = 0; i < got.size(); ++i)
+            drafting[i]->feed_.insert(drafting[i]->feed_.end(), got[i].begin(), got[i].end());
+        } catch (const std::exception& e) {
+          for (Job* job : drafting) finish(*job, "error", e.what());
+        }
+      }
+    }
     for (auto& job : running) {
-      if (!job->started_ || job->fed_ < job->params.prompt.size()) continue;
-      batch.push_back({job->seq_, std::span<const int32_t>(&job->next_token_, 1)});
+      if (!job->started_ || job->ended_ || job->fed_ < job->params.prompt.size()) continue;
+      StepInput in{job->seq_, std::span<const int32_t>(&job->next_token_, 1)};
+      if (draft_tokens_ > 0 && job->feed_.size() > 1) {
+        in.tokens = job->feed_;
+        in.all_logits = true;  // each row verifies the draft after it
+      }
+      batch.push_back(in);
       owners.push_back(job.get());
-      --budget;
+      budget -= int64_t(in.tokens.size());
     }
     for (auto& job : running) {
       if (!job->started_) continue;  // a choice waiting for its group's prefill
@@ -403,6 +475,17 @@ void Scheduler::loop() {
           }
         }
         if (logits[i].empty()) continue;
+        if (batch[i].all_logits) {
+          // A verify step: the accepted drafts and the model's own token,
+          // each with the logits row it was drawn from.
+          const auto emitted = engine_.accept_drafts(job.seq_, logits[i].data(), job.params.sampling, &spec);
+          const int64_t V = engine_.vocab_size();
+          for (size_t j = 0; j < emitted.size() && !job.ended_; ++j) {
+            ++sampled;
+            on_token(job, emitted[j], logits[i].data() + int64_t(j) * V);
+          }
+          continue;
+        }
         const int32_t token = engine_.sample(job.seq_, logits[i].data(), job.params.sampling);
         ++sampled;
         on_token(job, token, logits[i].data());
@@ -412,6 +495,7 @@ void Scheduler::loop() {
     }
     std::erase_if(running, [](const auto& j) { return j->ended_; });
     std::lock_guard<std::mutex> lock(mu_);
+    stats_.spec.add(spec);
     ++stats_.steps;
     stats_.prompt_tokens += prompt_fed;
     stats_.generated_tokens += sampled;

@@ -16,10 +16,14 @@
 // step()'s bit-identical logits a greedy reply is the same alone or batched.
 //
 // Prefix reuse: when a job's prompt is fully fed, a fork of its sequence is
-// kept (LRU, at most `cache_tokens` prompt tokens over all entries). A later
-// job whose prompt extends a kept one (the next chat turn, a shared system
-// prompt) starts from a fork of it and prefills only the rest. Forked
-// states continue bit-identically to a fresh prefill (docs/sequences.md).
+// kept, and when it finishes (stop / length) its sequence itself, prompt and
+// reply (LRU, at most `cache_tokens` tokens over all entries). A later job
+// starts from the kept state sharing the longest prefix with its prompt (the
+// next chat turn: the previous prompt and reply; a shared system prompt) and
+// prefills only the rest; a state that goes past the shared prefix is
+// truncated back to it when that is within the rollback reach. Forked and
+// truncated states continue bit-identically to a fresh prefill
+// (docs/sequences.md).
 //
 // n > 1 (several choices for one prompt): the request is a group of jobs.
 // The first prefills the prompt; when its last prompt token's logits come,
@@ -30,6 +34,15 @@
 // Log-probabilities, when asked for, are the log-softmax of the raw logits
 // (before temperature and truncation, as OpenAI reports them), for the
 // sampled token and the most likely ones.
+//
+// Speculative decoding (draft_tokens > 0, docs/speculative.md "In serve"):
+// every sequence keeps what the model's MTP layer reads; each step first
+// drafts up to k tokens for every decoding job (Engine::draft: one draft
+// forward per draft position over all of them), then feeds each job
+// [last, d_1 .. d_k] with all logits in the same step as everything else,
+// and Engine::accept_drafts takes the agreeing prefix plus the model's own
+// token (rejection sampling with the job's sampler; greedy: exactly plain
+// decoding's tokens). A job emits 1 .. k + 1 tokens per step.
 //
 // Latency metrics: time to first token (from submit), time between tokens,
 // time per output token (a request's mean) and end-to-end time, kept as
@@ -131,6 +144,7 @@ class Job {
   bool follower_ = false;              // forks the first job's state when its prompt is fed
   size_t fed_ = 0;                     // prompt tokens fed
   int32_t next_token_ = 0;             // sampled, to be fed by the next decode step
+  std::vector<int32_t> feed_;          // speculation: [next_token_, drafts...] of this step
   int64_t generated_ = 0;
   std::chrono::steady_clock::time_point first_token_, last_token_;
   std::unique_ptr<TextStream> text_;
@@ -146,11 +160,15 @@ struct SchedulerStats {
   Histogram itl{Histogram::tpot_bounds()};            // between consecutive tokens
   Histogram tpot{Histogram::tpot_bounds()};           // a finished request's mean time per token after the first
   Histogram e2e{Histogram::e2e_bounds()};             // submit to the end (stop / length)
+  int64_t draft_tokens = 0;                           // speculation's k; 0 = off
+  SpecDecodeStats spec;                               // its verify steps, drafts and acceptances so far
 };
 
 class Scheduler {
  public:
-  Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens);
+  // draft_tokens > 0: speculative decoding with that many drafts per step
+  // (the engine's model must have a draft layer: throws naming why).
+  Scheduler(Engine& engine, int parallel, int max_queue, int64_t cache_tokens, int64_t draft_tokens = 0);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -173,17 +191,21 @@ class Scheduler {
   void on_token(Job& job, int32_t token, const float* logits);
   void fork_followers(Job& leader);
   void remember_prompt(const Job& job);
+  bool cacheable(const std::vector<int32_t>& tokens) const;
+  bool remember(SeqId seq);
   void clear_cache();
 
-  // A prompt's state kept for reuse; the list is most recently used first.
+  // A state kept for reuse (a fed prompt, or a finished reply with its
+  // prompt); the list is most recently used first.
   struct CachedPrompt {
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;       // what the state has fed
     SeqId seq = -1;
   };
 
   Engine& engine_;
   const size_t parallel_, max_queue_;
   const int64_t cache_limit_;           // prompt tokens over all entries; 0 = off
+  const int64_t draft_tokens_;          // speculation's k; 0 = off
   static constexpr size_t kMaxCacheEntries = 64;
   std::list<CachedPrompt> cache_;       // scheduler thread only
   int64_t cache_held_ = 0;

@@ -7,7 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+
 #include "cli_util.h"
+#include "support/temp_dir.h"
 
 namespace nibble::testing {
 namespace {
@@ -95,8 +99,18 @@ TEST(RunSpec, SameTextAndSummary) {
   RunResult off = run_nibble(with);
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_EQ(off.err.find("speculative:"), std::string::npos) << off.err;
-  // The shipped model has no MTP layer.
-  RunResult none = run_nibble({"run", "-p", "ROMEO.", "-n", "4", "--spec-draft-tokens", "2", "-t", "2", "--bandwidth", "10"});
+  // The shipped model with its MTP layer switched off in config.json (the
+  // mtp.* tensors stay: a layer the config does not announce is not used).
+  nibble::test::TempDir dir;
+  const std::string shipped = std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny";
+  for (const auto& f : std::filesystem::directory_iterator(shipped))
+    if (f.path().filename() != "config.json") std::filesystem::create_symlink(f.path(), dir.path() / f.path().filename());
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(shipped + "/config.json"));
+  cfg["num_nextn_predict_layers"] = 0;
+  cfg["compress_ratios"].erase(cfg["compress_ratios"].size() - 1);
+  std::ofstream(dir.str("config.json")) << cfg.dump();
+  RunResult none = run_nibble({"run", dir.str(), "-p", "ROMEO.", "-n", "4", "--spec-draft-tokens", "2", "-t", "2",
+                               "--bandwidth", "10"});
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("--spec-draft-tokens 2: speculative decoding needs the model's MTP layer"), std::string::npos)
       << none.err;

@@ -183,7 +183,8 @@ TEST_P(SpecGreedy, MainModelAsDraftGivesPlainTokens) {
   }
 }
 
-// The fixtures that carry an MTP layer (hf_tiny and the shipped model have none).
+// The models that carry an MTP layer (hf_tiny has none): the fixtures' random
+// ones and the shipped model's trained one (tools/train_shipped_mtp.py).
 class SpecGreedyMtp : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SpecGreedyMtp, RealMtpLayerGivesPlainTokens) {
@@ -202,16 +203,17 @@ TEST_P(SpecGreedyMtp, RealMtpLayerGivesPlainTokens) {
       EXPECT_EQ(st->position(), n + int64_t(want.size()) - 1);
     }
   }
-  std::printf("[ %s ] random-weight MTP: mean accepted length %.3f over %lld verify steps, first-draft acceptance %lld / %lld\n",
+  std::printf("[ %s ] MTP layer: mean accepted length %.3f over %lld verify steps, first-draft acceptance %lld / %lld\n",
               GetParam().path.c_str(), total.mean_accepted_length(), (long long)total.steps,
               (long long)total.accepted[0], (long long)total.drafted[0]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SpecGreedy,
                          ::testing::Values(Case{fixture("flash_tiny_stock"), true}, Case{fixture("flash_tiny_nvfp4"), true},
-                                           Case{fixture("hf_tiny_fp8experts"), false}, Case{kShipped, false}));
+                                           Case{fixture("hf_tiny_fp8experts"), false}, Case{kShipped, true}));
 INSTANTIATE_TEST_SUITE_P(Models, SpecGreedyMtp,
-                         ::testing::Values(Case{fixture("flash_tiny_stock"), true}, Case{fixture("flash_tiny_nvfp4"), true}));
+                         ::testing::Values(Case{fixture("flash_tiny_stock"), true}, Case{fixture("flash_tiny_nvfp4"), true},
+                                           Case{kShipped, true}));
 
 // Stop rules, the callback and the context end behave as in generate().
 TEST(SpecGreedyLimits, StopTokenCallbackAndContext) {
@@ -450,6 +452,206 @@ TEST(SpecErrors, ModelWithoutMtp) {
   EXPECT_GT(r.spec.steps, 0);
   EXPECT_EQ(r.spec.emitted + 1, int64_t(r.tokens.size()));
 }
+
+// ---------------------------------------------------------------------------
+// Speculation across a batch through the public Engine (what the server's
+// scheduler does): three sequences, prompts fed in uneven chunks in shared
+// steps, then rounds of Engine::draft for all, one Engine::step verifying
+// every sequence's drafts together, Engine::accept_drafts each. Greedy, each
+// sequence's tokens must be its own plain Engine::generate's; a fork taken
+// mid-way continues the same; truncate restarts drafting cold, still exact.
+class SpecBatchEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SpecBatchEngine, GreedyBatchedEqualsPlain) {
+  EngineOptions o;
+  o.threads = 2;
+  o.bandwidth_gbps = 10.0;
+  o.load_tokenizer = false;
+  auto engine = Engine::load(GetParam(), o);
+  ASSERT_EQ(engine->draft_unavailable(), "");
+  auto model = load_model(GetParam(), load_options());
+  // Prompt lengths and new tokens: across the 8 / 12 / 64 windows and the 4 / 128 compressions.
+  const std::vector<std::pair<int64_t, int64_t>> cases = {{5, 40}, {70, 30}, {121, 24}};
+  std::vector<std::vector<int32_t>> prompts, want;
+  GenerationParams g;
+  g.sampling.temperature = 0;
+  g.use_model_eos = false;
+  for (const auto& [n, new_tokens] : cases) {
+    prompts.push_back(prompt_of(*model, n, uint64_t(n) * 7 + 1));
+    g.max_new_tokens = new_tokens;
+    const SeqId s = engine->create();
+    want.push_back(engine->generate(s, prompts.back(), g).tokens);
+    engine->release(s);
+  }
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (int64_t k : {1, 3}) {
+    std::vector<SeqId> seqs;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      seqs.push_back(engine->create());
+      engine->enable_draft(seqs.back());
+    }
+    // Prefill in chunks of 17 tokens, all sequences in each step.
+    std::vector<size_t> fed(cases.size(), 0);
+    std::vector<std::vector<int32_t>> got(cases.size());
+    std::vector<int32_t> last(cases.size());
+    for (bool more = true; more;) {
+      more = false;
+      std::vector<StepInput> batch;
+      std::vector<size_t> who;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        if (fed[i] == prompts[i].size()) continue;
+        const size_t c = std::min<size_t>(17, prompts[i].size() - fed[i]);
+        StepInput in{seqs[i], std::span<const int32_t>(prompts[i]).subspan(fed[i], c)};
+        in.want_logits = fed[i] + c == prompts[i].size();
+        batch.push_back(in);
+        who.push_back(i);
+        fed[i] += c;
+        more = true;
+      }
+      if (!more) break;
+      const auto logits = engine->step(batch);
+      for (size_t b = 0; b < batch.size(); ++b) {
+        if (logits[b].empty()) continue;
+        last[who[b]] = engine->sample(seqs[who[b]], logits[b].data(), greedy);
+        got[who[b]].push_back(last[who[b]]);
+      }
+    }
+    SpecDecodeStats stats;
+    std::vector<bool> cold(cases.size(), false);  // truncated since the last draft round
+    SeqId forked = -1;
+    std::vector<int32_t> forked_got;
+    int32_t forked_last = 0;
+    for (int round = 0;; ++round) {
+      std::vector<DraftInput> drafts;
+      std::vector<size_t> who;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const int64_t left = int64_t(want[i].size()) - int64_t(got[i].size());
+        if (left <= 0) continue;
+        drafts.push_back({seqs[i], last[i], std::min<int64_t>(k, left - 1), greedy});
+        who.push_back(i);
+      }
+      if (drafts.empty()) break;
+      // Sequences with no draft budget left (k = 0) are plain decode steps.
+      std::vector<DraftInput> wanting;
+      std::vector<size_t> wanting_who;
+      for (size_t d = 0; d < drafts.size(); ++d)
+        if (drafts[d].tokens > 0) {
+          wanting.push_back(drafts[d]);
+          wanting_who.push_back(who[d]);
+        }
+      std::vector<std::vector<int32_t>> feed(cases.size());
+      for (size_t i : who) feed[i] = {last[i]};
+      const auto proposed = engine->draft(wanting, &stats);
+      for (size_t d = 0; d < wanting.size(); ++d) {
+        // Right after the truncation the track has read nothing: no drafts.
+        EXPECT_EQ(int64_t(proposed[d].size()), cold[wanting_who[d]] ? 0 : wanting[d].tokens) << "round " << round;
+        feed[wanting_who[d]].insert(feed[wanting_who[d]].end(), proposed[d].begin(), proposed[d].end());
+      }
+      cold.assign(cases.size(), false);
+      std::vector<StepInput> batch;
+      for (size_t i : who) {
+        StepInput in{seqs[i], feed[i]};
+        in.all_logits = feed[i].size() > 1;
+        batch.push_back(in);
+      }
+      const auto logits = engine->step(batch);
+      for (size_t b = 0; b < batch.size(); ++b) {
+        const size_t i = who[b];
+        std::vector<int32_t> emitted;
+        if (batch[b].all_logits) emitted = engine->accept_drafts(seqs[i], logits[b].data(), greedy, &stats);
+        else emitted = {engine->sample(seqs[i], logits[b].data(), greedy)};
+        ASSERT_GE(emitted.size(), 1u);
+        ASSERT_LE(emitted.size(), feed[i].size());
+        for (int32_t t : emitted)
+          if (got[i].size() < want[i].size()) got[i].push_back(t);
+        last[i] = emitted.back();
+        EXPECT_EQ(engine->position(seqs[i]), int64_t(prompts[i].size() + got[i].size()) - 1);
+      }
+      if (round == 2 && forked < 0 && got[1].size() < want[1].size()) {
+        // A fork carries the draft track along; it continues alone, speculating.
+        forked = engine->fork(seqs[1]);
+        forked_got = got[1];
+        forked_last = last[1];
+      }
+      if (round == 4 && got[0].size() + 2 < want[0].size()) {
+        // Back one token (a truncation the track cannot follow): drafting restarts cold.
+        engine->truncate(seqs[0], engine->position(seqs[0]) - 1);
+        cold[0] = true;
+        got[0].pop_back();
+        last[0] = got[0].back();
+      }
+    }
+    for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(got[i], want[i]) << GetParam() << " k " << k << " seq " << i;
+    if (forked >= 0) {
+      while (forked_got.size() < want[1].size()) {
+        const int64_t kk = std::min<int64_t>(k, int64_t(want[1].size() - forked_got.size()) - 1);
+        std::vector<int32_t> feed = {forked_last};
+        if (kk > 0) {
+          const DraftInput d{forked, forked_last, kk, greedy};
+          const auto p = engine->draft(std::span<const DraftInput>(&d, 1));
+          feed.insert(feed.end(), p[0].begin(), p[0].end());
+        }
+        StepInput in{forked, feed};
+        in.all_logits = feed.size() > 1;
+        const auto logits = engine->step(std::span<const StepInput>(&in, 1));
+        const auto emitted = in.all_logits ? engine->accept_drafts(forked, logits[0].data(), greedy)
+                                           : std::vector<int32_t>{engine->sample(forked, logits[0].data(), greedy)};
+        for (int32_t t : emitted)
+          if (forked_got.size() < want[1].size()) forked_got.push_back(t);
+        forked_last = emitted.back();
+      }
+      EXPECT_EQ(forked_got, want[1]) << "the fork, k " << k;
+      engine->release(forked);
+    }
+    int64_t drafted = 0, accepted = 0;
+    for (size_t j = 0; j < stats.drafted.size(); ++j) {
+      drafted += stats.drafted[j];
+      accepted += stats.accepted[j];
+      if (j > 0) {
+        EXPECT_LE(stats.accepted[j], stats.accepted[j - 1]);
+      }
+    }
+    EXPECT_GT(stats.steps, 0);
+    EXPECT_GT(drafted, 0);
+    EXPECT_LE(accepted, drafted);
+    EXPECT_EQ(stats.draft_forwards, drafted);  // one forward per proposed draft
+    std::printf("[ %s ] batched k %lld: %lld verify steps, accepted %lld / %lld drafts\n", GetParam().c_str(),
+                (long long)k, (long long)stats.steps, (long long)accepted, (long long)drafted);
+    for (SeqId s : seqs) engine->release(s);
+  }
+}
+
+TEST(SpecBatchErrors, EnableDraftAndAccept) {
+  EngineOptions o;
+  o.threads = 1;
+  o.bandwidth_gbps = 10.0;
+  o.load_tokenizer = false;
+  auto plain = Engine::load(fixture("hf_tiny_fp8experts"), o);
+  const SeqId s = plain->create();
+  try {
+    plain->enable_draft(s);
+    FAIL() << "enable_draft on a model without an MTP layer";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("MTP layer"), std::string::npos) << e.what();
+  }
+  auto engine = Engine::load(fixture("flash_tiny_stock"), o);
+  const SeqId t = engine->create();
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const DraftInput d{t, 3, 2, greedy};
+  EXPECT_THROW(engine->draft(std::span<const DraftInput>(&d, 1)), std::exception);  // not enabled
+  engine->enable_draft(t);
+  const DraftInput far{t, 3, 17, greedy};
+  EXPECT_THROW(engine->draft(std::span<const DraftInput>(&far, 1)), std::exception);  // past the rollback reach
+  const float logits[1] = {0};
+  EXPECT_THROW(engine->accept_drafts(t, logits, greedy), std::exception);  // nothing was drafted and fed
+}
+
+// The fixtures' random MTP layers reject nearly every draft; the shipped
+// model's trained one accepts many, so rollbacks inside accepted runs happen.
+INSTANTIATE_TEST_SUITE_P(Models, SpecBatchEngine,
+                         ::testing::Values(fixture("flash_tiny_stock"), fixture("flash_tiny_nvfp4"), kShipped));
 
 }  // namespace
 }  // namespace nibble

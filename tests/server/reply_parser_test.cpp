@@ -348,6 +348,41 @@ TEST_F(RealTokens, WholeMessageWithReasoningAndToolCalls) {
   EXPECT_EQ(c["message"]["tool_calls"][1]["function"]["arguments"], "{\"zone\": \"Europe/Paris <CET>\"}");
 }
 
+// Logprob `bytes` are the token's raw bytes: "毕老" is six tokens of one
+// byte each (byte-level BPE cut inside both characters), whose texts are all
+// U+FFFD, but whose bytes put together are the two characters' UTF-8.
+TEST_F(RealTokens, LogprobBytesAreTheTokensRawBytes) {
+  const std::string text = "毕老";
+  const auto ids = tok_->encode(text, true);
+  ASSERT_EQ(ids.size(), 6u);
+  ChoiceOptions o;
+  o.chat = true;
+  o.logprobs = true;
+  ChoiceBuilder b(0, o, token_text(), [](int32_t t) { return tok_->token_bytes(t); });
+  JobUpdate u;
+  u.text = text;
+  u.completion_tokens = int64_t(ids.size());
+  for (int32_t id : ids) u.logprobs.push_back({id, -0.5f, {{id, -0.5f}, {ids[0], -1.0f}}});
+  u.done = true;
+  u.finish_reason = "stop";
+  b.add(u);
+  const json c = b.whole();
+  const json& entries = c["logprobs"]["content"];
+  ASSERT_EQ(entries.size(), ids.size());
+  std::string joined;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(entries[i]["token"], "\xEF\xBF\xBD") << i;  // the text cannot show a partial character
+    for (const auto& byte : entries[i]["bytes"]) joined += char(byte.get<int>());
+    // The top candidates' bytes are theirs too.
+    EXPECT_EQ(entries[i]["top_logprobs"][1]["bytes"], json::array({int(uint8_t(tok_->token_bytes(ids[0])[0]))}));
+  }
+  EXPECT_EQ(joined, text);
+  // Without the bytes callback, the old way: the bytes of the text (U+FFFD's three).
+  ChoiceBuilder t(0, o, token_text());
+  t.add(u);
+  EXPECT_EQ(t.whole()["logprobs"]["content"][0]["bytes"], json::array({0xEF, 0xBF, 0xBD}));
+}
+
 TEST_F(RealTokens, ToolChoiceNoneAndSerialCallsAndNamed) {
   ChoiceOptions none;
   none.tool_choice = ToolChoice::None;

@@ -2,6 +2,11 @@
 // to over loopback HTTP. Every loop is bounded.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -253,6 +258,98 @@ TEST(ServePrefixCache, ExtendedPromptReusesTheStateWithTheSameReply) {
   EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
   EXPECT_EQ(metric(cached.port(), "prefix_cache_hits_total"), 1);
   EXPECT_EQ(metric(plain.port(), "prefix_cache_entries"), 0);
+}
+
+// The next chat turn starts from the previous turn's finished state (prompt
+// and reply), not only from its prompt: cached_tokens covers the reply too,
+// and the reply equals a cache-less server's.
+TEST(ServePrefixCache, NextChatTurnReusesPromptAndReply) {
+  ServerProcess cached;
+  ServerProcess plain({"--cache-tokens", "0"});
+  const json turn1 = {{"messages", {{{"role", "user"}, {"content", "Good morrow, sir."}}}},
+                      {"max_tokens", 20}, {"temperature", 0}};
+  const json r1 = json::parse(http_post(cached.port(), "/v1/chat/completions", turn1.dump()).body);
+  const std::string reply = r1["choices"][0]["message"]["content"];
+  ASSERT_FALSE(reply.empty());
+  const int64_t prompt1 = r1["usage"]["prompt_tokens"];
+  const json turn2 = {{"messages", {{{"role", "user"}, {"content", "Good morrow, sir."}},
+                                    {{"role", "assistant"}, {"content", reply}},
+                                    {{"role", "user"}, {"content", "And to you."}}}},
+                      {"max_tokens", 24}, {"temperature", 0}};
+  const json a = json::parse(http_post(cached.port(), "/v1/chat/completions", turn2.dump()).body);
+  const json b = json::parse(http_post(plain.port(), "/v1/chat/completions", turn2.dump()).body);
+  const int64_t cached_tokens = a["usage"]["prompt_tokens_details"]["cached_tokens"];
+  // Past the first prompt: the reply's tokens were reused (all but what
+  // re-encoding the reply text changes at its end, within 16 tokens).
+  EXPECT_GT(cached_tokens, prompt1) << a.dump();
+  EXPECT_LT(cached_tokens, a["usage"]["prompt_tokens"].get<int64_t>());
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], b["usage"]["prompt_tokens"]);
+}
+
+// Two prompts that share a head and then differ: the second starts from the
+// first's state truncated back to the head, when the part past it is within
+// the rollback reach (16 tokens); past that it prefills from scratch.
+TEST(ServePrefixCache, SharedPrefixDivergingReusesTheCommonPart) {
+  ServerProcess cached;
+  ServerProcess plain({"--cache-tokens", "0"});
+  const json head = json::parse(http_post(cached.port(), "/tokenize",
+                                          R"({"content":"Friends, Romans, countrymen,","add_special":true})").body)["tokens"];
+  auto with = [&](std::vector<int> tail) {
+    json p = head;
+    for (int t : tail) p.push_back(t);
+    return p;
+  };
+  auto complete = [&](const ServerProcess& s, const json& prompt, int n) {
+    return json::parse(
+        http_post(s.port(), "/v1/completions", json{{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}.dump())
+            .body);
+  };
+  // 5 tokens past the head, then a prompt that leaves the head after 0.
+  complete(cached, with({100, 101, 102, 103, 104}), 1);
+  const json b = with({200, 201, 202});
+  const json a1 = complete(cached, b, 16), a2 = complete(plain, b, 16);
+  EXPECT_EQ(a1["usage"]["prompt_tokens_details"]["cached_tokens"], head.size());
+  EXPECT_EQ(a1["choices"][0]["text"], a2["choices"][0]["text"]);
+  // 20 tokens past the head: a truncation would refeed, so no reuse.
+  std::vector<int> long_tail;
+  for (int i = 0; i < 20; ++i) long_tail.push_back(300 + i);
+  ServerProcess fresh;
+  complete(fresh, with(long_tail), 1);
+  const json c = complete(fresh, b, 16);
+  EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(c["choices"][0]["text"], a2["choices"][0]["text"]);
+}
+
+// A client that hangs up on a non-streamed request (which writes nothing
+// until the reply is whole) has its job cancelled within a step or two, not
+// at the end of its budget; a request on another connection is unaffected.
+TEST(ServeLimits, NonStreamedDisconnectCancelsItsJob) {
+  ServerProcess s;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(s.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  // 200,000 tokens: minutes of generation if nobody stops it.
+  const std::string body = R"({"prompt":"The king","max_tokens":200000,"temperature":1})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
+  ASSERT_TRUE(eventually([&] { return metric(s.port(), "requests_running") == 1; }));
+  ASSERT_TRUE(eventually([&] { return metric(s.port(), "generation_tokens_total") > 20; }));
+  const int64_t cancelled = metric(s.port(), "requests_cancelled_total");
+  const auto t0 = std::chrono::steady_clock::now();
+  ::close(fd);
+  EXPECT_TRUE(eventually([&] { return metric(s.port(), "requests_cancelled_total") == cancelled + 1; }, 5));
+  EXPECT_TRUE(eventually([&] { return metric(s.port(), "requests_running") == 0; }, 5));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 1.0) << "the hang-up is polled every 50 ms";
+  EXPECT_LT(metric(s.port(), "generation_tokens_total"), 100000);
+  EXPECT_EQ(http_post(s.port(), "/v1/completions", R"({"prompt":"x","max_tokens":3})").status, 200);
+  EXPECT_NE(s.log().find("POST /v1/completions 499"), std::string::npos) << s.log();
 }
 
 TEST(ServeLimits, PromptLongerThanTheContextIs400NamingBothLengths) {
