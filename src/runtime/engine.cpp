@@ -47,8 +47,9 @@ struct Sequence {
   bool busy = false;                  // a step or generate() is using it
 };
 
-SamplerConfig sampler_config(const SamplingParams& p) {
+SamplerConfig sampler_config(const SamplingParams& p, int64_t vocab_limit) {
   SamplerConfig c;
+  c.vocab_limit = vocab_limit;
   c.temperature = p.temperature;
   c.top_k = p.top_k;
   c.top_p = p.top_p;
@@ -67,6 +68,9 @@ struct Engine::Impl {
   std::unique_ptr<Tokenizer> tokenizer;
   int64_t rollback_tokens = 16;       // EngineOptions::rollback_tokens (the reach of speculative rollback)
   GenerationDefaults defaults;
+  // The ids sampling may return: the tokenizer's id range when there is one
+  // (SamplerConfig::vocab_limit), else every row of the head (0).
+  int64_t sample_vocab() const { return tokenizer ? int64_t(tokenizer->vocab_size()) : 0; }
   mutable std::mutex mu;
   std::map<SeqId, std::unique_ptr<Sequence>> seqs;
   SeqId next_id = 0;
@@ -307,7 +311,7 @@ int32_t Engine::sample(SeqId seq, const float* logits, const SamplingParams& par
   const SeqId ids[1] = {seq};
   Impl::Busy busy(*impl_, ids);
   Sequence& s = *busy.held[0];
-  if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params));
+  if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params, impl_->sample_vocab()));
   return s.sampler->sample(logits, vocab_size(), s.history);
 }
 
@@ -327,7 +331,7 @@ GenerationResult Engine::generate(SeqId seq, std::span<const int32_t> prompt, co
   g.max_new_tokens = params.max_new_tokens;
   g.stop_tokens = params.stop_tokens;
   g.use_model_eos = params.use_model_eos;
-  g.sampler = sampler_config(params.sampling);
+  g.sampler = sampler_config(params.sampling, impl_->sample_vocab());
   g.sampler.observe = params.observe;
   g.sampler.context = s.history;
   g.sampler.context.insert(g.sampler.context.end(), prompt.begin(), prompt.end());
@@ -418,7 +422,8 @@ std::vector<std::vector<int32_t>> Engine::draft(std::span<const DraftInput> batc
            impl_->rollback_tokens, " tokens (EngineOptions::rollback_tokens)");
     if (batch[i].last < 0 || int64_t(batch[i].last) >= vocab_size())
       fail("sequence ", batch[i].seq, ": token ", batch[i].last, " is outside the vocabulary");
-    reqs[i] = {s.draft.get(), batch[i].last, batch[i].tokens, sampler_config(batch[i].sampling)};
+    reqs[i] = {s.draft.get(), batch[i].last, batch[i].tokens,
+               sampler_config(batch[i].sampling, impl_->sample_vocab())};
   }
   draft_batch(*impl_->model, reqs, stats);
   std::vector<std::vector<int32_t>> out(batch.size());
@@ -432,7 +437,7 @@ std::vector<int32_t> Engine::accept_drafts(SeqId seq, const float* logits, const
   Impl::Busy busy(*impl_, ids);
   Sequence& s = *busy.held[0];
   if (!s.draft) fail("sequence ", seq, " accepts drafts without enable_draft()");
-  if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params));
+  if (!s.sampler) s.sampler = std::make_unique<Sampler>(sampler_config(params, impl_->sample_vocab()));
   std::vector<int32_t> emitted;
   try {
     emitted = nibble::accept_drafts(*impl_->model, *s.state, *s.draft, *s.sampler, s.history, logits, stats);

@@ -93,6 +93,7 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logit
 
 std::vector<std::pair<int32_t, double>> Sampler::distribution(const float* logits, int64_t vocab,
                                                               std::span<const int32_t> context) const {
+  if (config_.vocab_limit > 0) vocab = std::min(vocab, config_.vocab_limit);
   if (!has_penalties()) return distribution_of(logits, vocab);
   const std::vector<float> p = penalized(logits, vocab, context);
   return distribution_of(p.data(), vocab);
@@ -155,6 +156,7 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution_of(const float* lo
 int32_t Sampler::sample(const float* logits, int64_t vocab) { return sample(logits, vocab, config_.context); }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> context) {
+  if (config_.vocab_limit > 0) vocab = std::min(vocab, config_.vocab_limit);
   std::vector<float> pen;
   if (has_penalties()) {
     pen = penalized(logits, vocab, context);

@@ -32,6 +32,11 @@ struct SamplerConfig {
   // The tokens before generation (prompt, or the whole conversation) that
   // repetition_penalty also covers.
   std::vector<int32_t> context;
+  // Only ids below this are drawn (0: every id of the logits). The Engine
+  // sets it to the tokenizer's id range: gpt-oss's head has 201,088 rows but
+  // its tokenizer names ids up to 200,018 only, and a token with no text
+  // could not be shown nor fed back as text.
+  int64_t vocab_limit = 0;
   // Called by sample() with the logits it drew from (penalties applied,
   // before temperature and the filters) and the id it returned; for
   // per-token log-probabilities (`nibble run --json --n-probs`).

@@ -82,6 +82,31 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   EXPECT_EQ(s.sample(logits.data(), 5), 1);
 }
 
+// vocab_limit keeps ids at or above it out of every draw (the head rows a
+// tokenizer has no text for): greedy takes the best id below it, and the
+// sampled distribution is the softmax over the ids below it alone.
+TEST(Sampler, VocabLimitNeverDrawsIdsAtOrAboveIt) {
+  const std::vector<float> logits = {0.5f, 2.0f, 1.0f, 9.0f, 8.0f};
+  SamplerConfig greedy;
+  greedy.temperature = 0;
+  greedy.vocab_limit = 3;
+  EXPECT_EQ(Sampler(greedy).sample(logits.data(), 5), 1);
+  SamplerConfig cfg;
+  cfg.vocab_limit = 3;
+  const auto dist = Sampler(cfg).distribution(logits.data(), 5);
+  ASSERT_EQ(dist.size(), 3u);
+  const double z = std::exp(0.5) + std::exp(2.0) + std::exp(1.0);
+  EXPECT_EQ(dist[0].first, 1);
+  EXPECT_NEAR(dist[0].second, std::exp(2.0) / z, 1e-12);
+  EXPECT_EQ(dist[2].first, 0);
+  EXPECT_NEAR(dist[2].second, std::exp(0.5) / z, 1e-12);
+  Sampler s(cfg);
+  for (int i = 0; i < 200; ++i) EXPECT_LT(s.sample(logits.data(), 5), 3);
+  // A limit past the logits' width changes nothing.
+  cfg.vocab_limit = 99;
+  EXPECT_EQ(Sampler(cfg).distribution(logits.data(), 5).size(), 5u);
+}
+
 // The candidates come out highest logit first, lowest id first on ties
 // (-0 ties with +0), as a stable sort by logit would give them: checked on a
 // DeepSeek-sized vocabulary full of ties, zeros of both signs and -inf.
