@@ -21,7 +21,15 @@ For every fixture below this script
   6. checks the oracle is sound: HF's cached token-by-token decode equals its
      full forward, and every router top-k choice has a safe margin.
 
-Usage: /work/venv-torch/bin/python tools/gen_gptoss_fixtures.py   (deterministic)
+It also writes the full-size gpt-oss-20b and -120b skeleton templates
+(tests/fixtures/checkpoints/gpt_oss_{20b,120b}_skeleton.json, expanded by
+src/checkpoint/skeleton.cpp into sparse shards for `explain`): the published
+config.json, tensor names, dtypes and shapes. The shard file names are the
+published ones (0-based: model-00000-of-00002 .. model-00002-of-00002 for the
+20b, 15 shards for the 120b); which tensors sit in which shard is not the
+published index (layers are dealt out in order by size).
+
+Usage: /work/venv-torch/bin/python tools/gen_gptoss_fixtures.py [--skeletons-only]   (deterministic)
 """
 from __future__ import annotations
 
@@ -277,7 +285,88 @@ def build(fx):
           f"HF decode-vs-full {decode_diff:.3g}")
 
 
+def published_config(size):
+    """openai/gpt-oss-{20b,120b} config.json as published (transformers 4.55 spelling)."""
+    layers, experts = (24, 32) if size == "20b" else (36, 128)
+    return {
+        "architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+        "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+        "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+        "intermediate_size": 2880,
+        "layer_types": ["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(layers)],
+        "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+        "num_experts_per_tok": 4, "num_hidden_layers": layers, "num_key_value_heads": 8,
+        "num_local_experts": experts, "output_router_logits": False, "pad_token_id": 199999,
+        "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                           "model.embed_tokens", "lm_head"],
+                                "quant_method": "mxfp4"},
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                         "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": False},
+        "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+        "tie_word_embeddings": False, "transformers_version": "4.55.0.dev0", "use_cache": True,
+        "vocab_size": 201088,
+    }
+
+
+def write_skeletons():
+    for size, n_shards in (("20b", 3), ("120b", 15)):
+        cfg = published_config(size)
+        V, D, H, KV, hd = cfg["vocab_size"], cfg["hidden_size"], 64, 8, 64
+        I, E, L = cfg["intermediate_size"], cfg["num_local_experts"], cfg["num_hidden_layers"]
+        layer = [
+            ["input_layernorm.weight", "BF16", [D]], ["post_attention_layernorm.weight", "BF16", [D]],
+            ["self_attn.q_proj.weight", "BF16", [H * hd, D]], ["self_attn.q_proj.bias", "BF16", [H * hd]],
+            ["self_attn.k_proj.weight", "BF16", [KV * hd, D]], ["self_attn.k_proj.bias", "BF16", [KV * hd]],
+            ["self_attn.v_proj.weight", "BF16", [KV * hd, D]], ["self_attn.v_proj.bias", "BF16", [KV * hd]],
+            ["self_attn.o_proj.weight", "BF16", [D, H * hd]], ["self_attn.o_proj.bias", "BF16", [D]],
+            ["self_attn.sinks", "BF16", [H]],
+            ["mlp.router.weight", "BF16", [E, D]], ["mlp.router.bias", "BF16", [E]],
+            ["mlp.experts.gate_up_proj_blocks", "U8", [E, 2 * I, D // 32, 16]],
+            ["mlp.experts.gate_up_proj_scales", "U8", [E, 2 * I, D // 32]],
+            ["mlp.experts.gate_up_proj_bias", "BF16", [E, 2 * I]],
+            ["mlp.experts.down_proj_blocks", "U8", [E, D, I // 32, 16]],
+            ["mlp.experts.down_proj_scales", "U8", [E, D, I // 32]],
+            ["mlp.experts.down_proj_bias", "BF16", [E, D]],
+        ]
+        nb = lambda t: int(np.prod(t[2])) * (2 if t[1] == "BF16" else 1)
+        layer_bytes = sum(nb(t) for t in layer)
+        groups = [("", "embed", V * D * 2)] + [(f"model.layers.{l}.", "layer", layer_bytes) for l in range(L)] + \
+                 [("", "final", V * D * 2 + D * 2)]
+        target = sum(g[2] for g in groups) / n_shards
+        shards, cur, acc = [], [], 0.0
+        for g in groups:
+            if cur and acc + g[2] / 2 > target * (len(shards) + 1) and len(shards) < n_shards - 1:
+                shards.append(cur)
+                cur = []
+            cur.append({"prefix": g[0], "use": [g[1]]})
+            acc += g[2]
+        shards.append(cur)
+        assert len(shards) == n_shards, (size, len(shards))
+        total = sum(g[2] for g in groups)
+        doc = {
+            "comment": [f"openai/gpt-oss-{size} checkpoint skeleton, written by tools/gen_gptoss_fixtures.py:",
+                        "the published config.json, tensor names, dtypes and shapes (MXFP4 experts as",
+                        "*_blocks U8 + *_scales U8, everything else BF16) and shard file names; the",
+                        "tensor-to-shard assignment is not the published index (layers dealt out in order).",
+                        f"Expands to {2 + 19 * L + 1} tensors, {total} bytes (index total_size)."],
+            "shard_name": "model-{k:05}-of-{last:05}.safetensors",
+            "shard_metadata": {"format": "pt"},
+            "config": cfg,
+            "templates": {"embed": {"tensors": [["model.embed_tokens.weight", "BF16", [V, D]]]},
+                          "layer": {"tensors": layer},
+                          "final": {"tensors": [["model.norm.weight", "BF16", [D]], ["lm_head.weight", "BF16", [V, D]]]}},
+            "shards": shards,
+        }
+        path = ROOT.parent / "checkpoints" / f"gpt_oss_{size}_skeleton.json"
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"{path.name}: {len(shards)} shards, {total / 1e9:.2f} GB")
+
+
 def main():
+    write_skeletons()
+    if "--skeletons-only" in __import__("sys").argv:
+        return
     # A seed whose routing has a near-tie is skipped for the next one (the
     # search is deterministic, so reruns write the same files).
     for fx in FIXTURES:
