@@ -69,6 +69,7 @@ FIXTURES = [
 # max |logit|: nibble and HF differ by ~1e-6 relative (f32 sums in other
 # orders), so 2e-4 cannot flip a choice.
 MIN_ROUTER_MARGIN = 2e-4
+GREEDY_PROMPT, GREEDY_NEW = 6, 10
 
 
 class MarginError(RuntimeError):
@@ -264,7 +265,24 @@ def build(fx):
     if decode_diff > 1e-4 * float(full.abs().max()):
         raise RuntimeError(f"{name}: HF cached decode differs from its full forward by {decode_diff}")
 
+    # Greedy continuation (what `nibble run --tokens PROMPT --temp 0` prints):
+    # argmax of the full forward, token by token, until eos or GREEDY_NEW.
+    eos = cfg["eos_token_id"]
+    ids = seqs[0][:GREEDY_PROMPT]
+    cont, gaps = [], []
+    with torch.no_grad():
+        while len(cont) < GREEDY_NEW:
+            last = model(torch.tensor([ids + cont]), use_cache=False).logits[0, -1].float()
+            top = torch.topk(last, 2).values
+            gaps.append(float((top[0] - top[1]) / last.abs().max()))
+            cont.append(int(last.argmax()))
+            if cont[-1] == eos:
+                break
+    if min(gaps) < 1e-3:
+        raise MarginError(f"{name} seed {seed}: greedy path has a near-tie ({min(gaps):.3g})")
+
     manifest = {
+        "greedy": {"prompt": ids, "continuation": cont, "eos_token_id": eos, "min_rel_top2_gap": min(gaps)},
         "fixture": name,
         "generator": "tools/gen_gptoss_fixtures.py",
         "oracle": "transformers GptOssForCausalLM, fp32, CPU, eager, weights = dequantized stored tensors",

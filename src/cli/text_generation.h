@@ -33,8 +33,9 @@ struct TextModel {
 // Flags every text command accepts (model, sampling, threads, backends).
 std::vector<OptionSpec> text_generation_options();
 
-// The model (MODEL_DIR, -m, or the shipped one) and its tokenizer.
-TextModel load_text_model(const ParsedArgs& args, const std::string& usage);
+// The model (MODEL_DIR, -m, or the shipped one) and its tokenizer (none
+// with `with_tokenizer` false: `run --tokens` works on token ids alone).
+TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool with_tokenizer = true);
 
 // Budget, stop tokens and sampler from the flags over generation_config.json
 // (Engine::generation_defaults). A --seed of -1 draws one, printed on stderr

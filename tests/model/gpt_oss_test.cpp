@@ -17,6 +17,7 @@
 #include "fixture_util.h"
 #include "kernels/registry.h"
 #include "model/gpt_oss.h"
+#include "support/run_nibble.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
 
@@ -239,6 +240,26 @@ TEST_P(GptOssHf, TruncateAndFork) {
   EXPECT_EQ(std::memcmp(origin_got.data(), ref.data() + p * V, origin_got.size() * 4), 0);
   EXPECT_THROW(m->truncate(*origin, n + 1), Error);
   EXPECT_THROW(m->truncate(*origin, -1), Error);
+}
+
+// `nibble run --tokens` on a checkpoint without tokenizer.json: greedy ids
+// equal transformers' argmax path (recorded by the generator with a safe
+// top-2 margin at every step); text without a tokenizer is a clear error.
+TEST_P(GptOssHf, RunTokensPrintsTransformersGreedyPath) {
+  std::ifstream mf(gdir(GetParam()) + "/expected/manifest.json");
+  const nlohmann::json g = nlohmann::json::parse(mf).at("greedy");
+  std::string prompt, want;
+  for (const auto& t : g.at("prompt")) prompt += (prompt.empty() ? "" : ",") + std::to_string(t.get<int>());
+  for (const auto& t : g.at("continuation")) want += (want.empty() ? "" : ",") + std::to_string(t.get<int>());
+  const size_t n = g.at("continuation").size();
+  test::RunResult r = test::run_nibble({"run", gdir(GetParam()), "--tokens", prompt, "-n", std::to_string(n), "--temp",
+                                        "0", "--moe-backend", "cpu_ref", "--linear-backend", "cpu_ref"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, want + "\n") << r.err;
+  test::RunResult text = test::run_nibble({"run", gdir(GetParam()), "-p", "hello"});
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.err.find("no tokenizer.json"), std::string::npos) << text.err;
+  EXPECT_NE(text.err.find("--tokens"), std::string::npos) << text.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GptOssHf, ::testing::ValuesIn(gptoss_fixtures()));
