@@ -1,6 +1,6 @@
 // `nibble chat [MODEL_DIR]`: a conversation on stdin/stdout. Each input line
 // is a user message; the reply streams to stdout. Every turn encodes the
-// whole conversation (DeepSeek-V4 chat encoding), exactly as a server that
+// whole conversation (the model's chat format, tokenizer/chat_format.h), exactly as a server that
 // receives the message list would; when the tokens already in the caches are
 // a prefix of it, only the rest is fed (usually the closing EOS of the last
 // reply and the new user turn). Otherwise (thinking mode drops old
@@ -19,7 +19,7 @@
 #include "cli/interrupt.h"
 #include "cli/line_reader.h"
 #include "cli/text_generation.h"
-#include "tokenizer/chat_dsv4.h"
+#include "tokenizer/chat_format.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
 
@@ -29,7 +29,7 @@ namespace {
 std::vector<OptionSpec> options() {
   std::vector<OptionSpec> o = {
       {"--system", "TEXT", "a system prompt"},
-      {"--think", "", "thinking mode (replies start with their reasoning)"},
+      {"--think", "", "thinking mode (replies start with their reasoning; gpt-oss always reasons)"},
       {"--quiet", "", "no prompt marker and no speed line on stderr"},
   };
   for (auto& spec : text_generation_options()) o.push_back(spec);
@@ -90,8 +90,11 @@ int run_chat(const std::vector<std::string>& argv) {
   if (!quiet)
     std::fprintf(stderr, "[nibble] loaded %s in %.3f s; /help lists the commands\n", tm.dir.c_str(), tm.load_seconds);
   install_interrupt_handler();
-  ChatEncodeOptions co;
+  ChatOptions co;
   co.mode = args.has("--think") ? ThinkingMode::Thinking : ThinkingMode::Chat;
+  const auto format = chat_format_of(tm);
+  for (int32_t t : format->stop_tokens()) gen.stop_tokens.push_back(t);
+  const ReplyView view_of_format = reply_view_for(*format);
 
   std::vector<ChatMessage> messages;
   auto start = [&] {
@@ -138,7 +141,7 @@ int run_chat(const std::vector<std::string>& argv) {
     user.role = ChatRole::User;
     user.content = line;
     messages.push_back(user);
-    const std::vector<int32_t> ids = tm.tokenizer.encode(encode_dsv4_chat(messages, co));
+    const std::vector<int32_t> ids = format->encode(messages, co);
     if (int64_t(ids.size()) > tm.context) {
       // Refused before anything runs: the conversation stays as it was.
       std::fprintf(stderr, "[nibble] the conversation would take %zu tokens but the context holds %lld; "
@@ -158,7 +161,9 @@ int run_chat(const std::vector<std::string>& argv) {
 
     // --repeat-penalty covers the whole conversation: the sequence's tokens.
     GenerationParams turn = fit_to_context(gen, tm, int64_t(cached.size()), int64_t(feed.size()));
-    Completion c = stream_completion(tm, seq, feed, turn, args.list("--stop"), stdout);
+    // A fresh view per reply: it holds the reply's parse state.
+    const ReplyView view = view_of_format ? reply_view_for(*format) : nullptr;
+    Completion c = stream_completion(tm, seq, feed, turn, args.list("--stop"), stdout, view);
     c.context_cap = turn.max_new_tokens < gen.max_new_tokens && c.result.reason == FinishReason::max_tokens &&
                     c.stop_string.empty();
     const GenerationResult& r = c.result;
@@ -184,9 +189,9 @@ int run_chat(const std::vector<std::string>& argv) {
     ChatMessage assistant;
     assistant.role = ChatRole::Assistant;
     try {
-      ParsedCompletion pc = parse_dsv4_completion(text, co.mode, /*require_end=*/false);
+      ParsedCompletion pc = format->parse(text, co);
       assistant.content = pc.content;
-      if (co.mode == ThinkingMode::Thinking) assistant.reasoning_content = pc.reasoning_content;
+      if (format->reasons(co)) assistant.reasoning_content = pc.reasoning_content;
       assistant.tool_calls = pc.tool_calls;
     } catch (const Error&) {
       assistant.content = text;  // not well-formed chat output: keep it verbatim

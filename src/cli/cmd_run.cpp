@@ -1,6 +1,6 @@
 // `nibble run [MODEL_DIR] -p PROMPT`: one completion, streamed to stdout.
 // The prompt is raw text after BOS (a completion), or with --chat / --think
-// one user message in DeepSeek-V4's chat encoding. Speed goes to stderr.
+// one user message in the model's chat format (tokenizer/chat_format.h). Speed goes to stderr.
 // Ctrl-C stops generation; the timing and stop line are still printed.
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "cli/interrupt.h"
 #include "cli/text_generation.h"
 #include "cli/usage_error.h"
-#include "tokenizer/chat_dsv4.h"
+#include "tokenizer/chat_format.h"
 #include "util/error.h"
 
 namespace nibble::cli {
@@ -24,8 +24,8 @@ std::vector<OptionSpec> options() {
   std::vector<OptionSpec> o = {
       {"-p,--prompt", "TEXT", "the prompt; - reads it from stdin (this or --file is required)"},
       {"-f,--file", "FILE", "read the prompt from FILE (no size limit, unlike an argument)"},
-      {"--chat", "", "send the prompt as a user message (chat encoding, non-thinking mode)"},
-      {"--think", "", "like --chat, in thinking mode (the reply starts with its reasoning)"},
+      {"--chat", "", "send the prompt as a user message (the model's chat format, non-thinking mode)"},
+      {"--think", "", "like --chat, in thinking mode (the reply starts with its reasoning; gpt-oss always reasons)"},
       {"--no-bos", "", "raw prompts: do not start with the BOS token"},
       {"--json", "", "print one JSON object at the end (ids, text, stop reason, timings) instead of streaming"},
       {"--n-probs", "N", "with --json: each token's log-probability and the N most likely alternatives (default 0)"},
@@ -194,13 +194,17 @@ int run_run(const std::vector<std::string>& argv) {
   GenerationParams gen = generation_options(args, tm);
 
   std::vector<int32_t> ids;
+  ReplyView view;
   if (args.has("--chat") || args.has("--think")) {
     ChatMessage user;
     user.role = ChatRole::User;
     user.content = prompt;
-    ChatEncodeOptions co;
+    ChatOptions co;
     co.mode = args.has("--think") ? ThinkingMode::Thinking : ThinkingMode::Chat;
-    ids = tm.tokenizer.encode(encode_dsv4_chat(std::span<const ChatMessage>(&user, 1), co));
+    const auto format = chat_format_of(tm);
+    ids = format->encode(std::span<const ChatMessage>(&user, 1), co);
+    for (int32_t t : format->stop_tokens()) gen.stop_tokens.push_back(t);
+    view = reply_view_for(*format);
   } else {
     if (!args.has("--no-bos") && tm.engine->bos_token_id() >= 0) ids.push_back(int32_t(tm.engine->bos_token_id()));
     tm.tokenizer.encode(prompt, /*allow_special=*/true, ids);
@@ -220,7 +224,7 @@ int run_run(const std::vector<std::string>& argv) {
 
   install_interrupt_handler();
   const SeqId seq = tm.engine->create();
-  Completion c = stream_completion(tm, seq, ids, run_gen, args.list("--stop"), json ? nullptr : stdout);
+  Completion c = stream_completion(tm, seq, ids, run_gen, args.list("--stop"), json ? nullptr : stdout, view);
   c.context_cap = fitted.max_new_tokens < gen.max_new_tokens && c.result.reason == FinishReason::max_tokens &&
                   c.stop_string.empty();
   if (json)

@@ -14,6 +14,7 @@
 #include "cli/usage_error.h"
 #include "convert/progress.h"
 #include "runtime/stop_strings.h"
+#include "tokenizer/harmony_reply.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/error.h"
 
@@ -98,6 +99,38 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   return tm;
 }
 
+std::unique_ptr<ChatFormat> chat_format_of(const TextModel& tm) {
+  const Tokenizer* tok = &tm.tokenizer;
+  return chat_format_for(tm.engine->architecture(),
+                         [tok](const std::string& text, bool allow_special) { return tok->encode(text, allow_special); });
+}
+
+ReplyView reply_view_for(const ChatFormat& format) {
+  if (format.kind() != ChatFormatKind::Harmony) return nullptr;
+  struct State {
+    HarmonyReplyParser parser;
+    bool in_reasoning = false, any = false;
+  };
+  auto st = std::make_shared<State>();
+  return [st](std::string_view piece, bool at_end) {
+    const HarmonyDelta d = at_end ? (st->parser.push(piece), st->parser.finish()) : st->parser.push(piece);
+    std::string out;
+    if (!d.reasoning.empty()) {
+      if (!st->in_reasoning) out += st->any ? "\n<think>\n" : "<think>\n";
+      st->in_reasoning = st->any = true;
+      out += d.reasoning;
+    }
+    if (!d.content.empty() || !d.tool_calls.empty() || at_end) {
+      if (st->in_reasoning) out += "\n</think>\n\n";
+      st->in_reasoning = false;
+      out += d.content;
+      st->any = st->any || !d.content.empty();
+    }
+    for (const ToolCall& call : d.tool_calls) out += "\n[tool call] " + call.name + " " + call.arguments + "\n";
+    return out;
+  };
+}
+
 GenerationParams generation_options(const ParsedArgs& args, const TextModel& tm) {
   // Flags over generation_config.json over the model card. The file was
   // validated when the model loaded (naming its fields), before any flag here.
@@ -144,15 +177,17 @@ GenerationParams fit_to_context(const GenerationParams& gen, const TextModel& tm
 
 Completion stream_completion(const TextModel& tm, SeqId seq, std::span<const int32_t> prompt,
                              const GenerationParams& gen, const std::vector<std::string>& stop_strings,
-                             std::FILE* out) {
+                             std::FILE* out, const ReplyView& view) {
   Completion c;
   StreamDecoder decoder(tm.tokenizer);
   StopStrings stops(stop_strings);
   // repetition_penalty covers everything the sequence holds (the Engine
   // keeps its tokens): the prompt, or in chat the whole conversation.
-  auto show = [&](const std::string& piece) {
-    c.text += piece;
-    if (piece.empty() || !out) return;
+  auto show = [&](const std::string& raw, bool at_end = false) {
+    c.text += raw;
+    if (!out) return;
+    const std::string piece = view ? view(raw, at_end) : raw;
+    if (piece.empty()) return;
     errno = 0;
     if (std::fputs(piece.c_str(), out) < 0 || std::fflush(out) != 0 || std::ferror(out))
       fail("writing the generated text to ", out == stdout ? "stdout" : "the output", " failed",
@@ -190,7 +225,7 @@ Completion stream_completion(const TextModel& tm, SeqId seq, std::span<const int
   c.result.prompt_tokens += int64_t(fed);
   c.result.prefill_seconds += fed_seconds;
   show(stops.push(decoder.finish()));
-  show(stops.finish());
+  show(stops.finish(), /*at_end=*/true);
   c.stop_string = stops.matched();
   return c;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "cli/args.h"
 #include "nibble/engine.h"
+#include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nibble::cli {
@@ -37,6 +39,11 @@ std::vector<OptionSpec> text_generation_options();
 // with `with_tokenizer` false: `run --tokens` works on token ids alone).
 TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool with_tokenizer = true);
 
+// The model's chat format (tokenizer/chat_format.h: from the architecture,
+// else the tokenizer's special tokens), encoding with tm.tokenizer: `tm`
+// must outlive it and not move.
+std::unique_ptr<ChatFormat> chat_format_of(const TextModel& tm);
+
 // Budget, stop tokens and sampler from the flags over generation_config.json
 // (Engine::generation_defaults). A --seed of -1 draws one, printed on stderr
 // so the run can be repeated.
@@ -57,13 +64,23 @@ struct Completion {
   bool context_cap = false; // the -c/--ctx-size budget ended it
 };
 
+// What a reply's raw text looks like on the terminal: called with each
+// piece as it comes and once with at_end; returns the text to write.
+using ReplyView = std::function<std::string(std::string_view piece, bool at_end)>;
+
+// The view of a format's replies: raw text for DeepSeek-V4 (nullptr);
+// harmony's analysis channel as "<think>\n...\n</think>\n\n" then the
+// answer, markers left out.
+ReplyView reply_view_for(const ChatFormat& format);
+
 // Generates from `prompt` (fed at the sequence's position) and writes the
-// text to `out` as it comes (nothing when `out` is null), cut at the first of
-// `stop_strings`. Stops early at Ctrl-C. A failed write to `out` is an error
-// (naming stdout).
+// text to `out` as it comes (nothing when `out` is null; through `view`
+// when given), cut at the first of `stop_strings`. Stops early at Ctrl-C. A
+// failed write to `out` is an error (naming stdout). Completion::text is
+// the raw text either way.
 Completion stream_completion(const TextModel& tm, SeqId seq, std::span<const int32_t> prompt,
                              const GenerationParams& gen, const std::vector<std::string>& stop_strings,
-                             std::FILE* out);
+                             std::FILE* out, const ReplyView& view = nullptr);
 
 // One line on stderr: load time (when > 0), prompt and generation speed, and
 // why generation ended.

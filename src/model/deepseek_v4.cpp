@@ -239,25 +239,29 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
       first += p.count;
     }
   }
-  if (logit_rows.empty()) return;
+  head_rows(be, w_.hc_head, w_.norm, streams, logit_rows, logit_out);
+}
 
-  // Only the rows whose logits are wanted go through the head: [rows, V].
-  const int64_t rows = int64_t(logit_rows.size());
-  Tensor picked = be.alloc(rows, N * D), y = be.alloc(rows, D), logits = be.alloc(rows, V);
-  be.gather_rows(streams, logit_rows, picked);
+void DeepseekV4Model::head_rows(Backend& be, const HcHeadWeights& hc_head, const std::vector<float>& norm,
+                                Tensor streams, std::span<const int64_t> rows, std::span<float* const> out) const {
+  if (rows.empty()) return;
+  // Only the rows whose logits are wanted go through the head: [n, V].
+  const int64_t n = int64_t(rows.size()), N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
+  Tensor picked = be.alloc(n, N * D), y = be.alloc(n, D), logits = be.alloc(n, V);
+  be.gather_rows(streams, rows, picked);
   {
     PhaseTimer _(be.profile(), Phase::hc);
-    be.hc_head(w_.hc_head, hc_, picked, y);
+    be.hc_head(hc_head, hc_, picked, y);
   }
   {
     PhaseTimer _(be.profile(), Phase::norm);
-    be.rms_norm(y, w_.norm.data(), cfg_.rms_eps, y);
+    be.rms_norm(y, norm.data(), cfg_.rms_eps, y);
   }
   {
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, y, logits);
   }
-  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);
+  for (int64_t r = 0; r < n; ++r) std::copy(logits.row(r), logits.row(r) + V, out[size_t(r)]);
 }
 
 std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

@@ -105,6 +105,11 @@ class DeepseekV4Model : public Model {
   // One forward over at most max_chunk_ tokens (callers hold mu_).
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
   void update_floor(DeepseekV4State& st) const;
+  // The head of the main model and of the MTP layer: rows `rows` of the
+  // step's streams through hc_head, the final norm and the shared head,
+  // each into its caller's logits buffer out[r] [V].
+  void head_rows(Backend& be, const HcHeadWeights& hc_head, const std::vector<float>& norm, Tensor streams,
+                 std::span<const int64_t> rows, std::span<float* const> out) const;
 
   std::string arch_ = "DeepseekV4ForCausalLM";
   std::unique_ptr<Checkpoint> ck_;  // owns the memory maps every view points into

@@ -164,23 +164,7 @@ void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) cons
     const int64_t row[1] = {hidden_rows[r]};
     be.gather_rows(streams, row, Tensor{hidden_out[r], 1, N * D});
   }
-  if (logit_rows.empty()) return;
-  const int64_t rows = int64_t(logit_rows.size());
-  Tensor picked = be.alloc(rows, N * D), y = be.alloc(rows, D), logits = be.alloc(rows, V);
-  be.gather_rows(streams, logit_rows, picked);
-  {
-    PhaseTimer _(be.profile(), Phase::hc);
-    be.hc_head(m.hc_head, hc_, picked, y);
-  }
-  {
-    PhaseTimer _(be.profile(), Phase::norm);
-    be.rms_norm(y, m.norm.data(), cfg_.rms_eps, y);
-  }
-  {
-    PhaseTimer _(be.profile(), Phase::head);
-    be.linear(w_.head, y, logits);
-  }
-  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);
+  head_rows(be, m.hc_head, m.norm, streams, logit_rows, logit_out);
 }
 
 }  // namespace nibble

@@ -21,6 +21,7 @@
 #include "server/request.h"
 #include "server/scheduler.h"
 #include "tokenizer/chat_dsv4.h"
+#include "tokenizer/chat_format.h"
 #include "util/error.h"
 
 namespace nibble::server {
@@ -107,6 +108,7 @@ struct HttpServer::Impl {
   std::atomic<bool> ready{false};
   Engine& engine() { return *engine_ptr; }
   Scheduler& scheduler() { return *scheduler_ptr; }
+  ChatFormatKind chat_format = ChatFormatKind::DeepSeekV4;  // the model's, set by attach()
 
   std::mutex mu;                       // guards what follows
   std::mt19937_64 seeds{std::random_device{}()};
@@ -120,6 +122,7 @@ struct HttpServer::Impl {
     ctx = e.max_context();
     if (opt.ctx_size > 0) ctx = std::min(ctx, opt.ctx_size);
     scheduler_ptr = std::make_unique<Scheduler>(e, opt.parallel, opt.max_queue, opt.cache_tokens);
+    chat_format = detect_chat_format(e.architecture(), e.has_tokenizer() ? engine_tokenize() : TokenizeFn());
     ready.store(true);
   }
 
@@ -324,10 +327,47 @@ struct HttpServer::Impl {
     else answer_whole(res, jobs, choices, chat, id);
   }
 
-  // The chat prompt: DeepSeek-V4's encoding of the messages with the
-  // request's tools in the system prompt, and for a forced tool_choice the
-  // opening of the call written after the generation prompt.
-  std::string chat_prompt(const GenerationRequest& r, ChoiceOptions& co) {
+  TokenizeFn engine_tokenize() {
+    Engine* e = engine_ptr;
+    return [e](const std::string& text, bool allow_special) { return e->tokenize(text, allow_special); };
+  }
+
+  // The chat prompt's ids in the model's chat format (tokenizer/chat_format.h).
+  std::vector<int32_t> chat_prompt(const GenerationRequest& r, ChoiceOptions& co) {
+    if (chat_format == ChatFormatKind::Harmony) return harmony_prompt(r, co);
+    return engine().tokenize(dsv4_prompt(r, co), /*allow_special=*/true);
+  }
+
+  // gpt-oss: harmony's rendering, tools in the developer message. A forced
+  // tool_choice is not written into the prompt (harmony has no DSML-style
+  // opening to prefill): the model is offered the tools as with "auto".
+  std::vector<int32_t> harmony_prompt(const GenerationRequest& r, ChoiceOptions& co) {
+    std::vector<ChatMessage> messages = r.messages;
+    if (!r.tools.empty() && r.tool_choice != ToolChoice::None) {
+      ChatMessage dev;
+      dev.role = ChatRole::Developer;
+      dev.tools = r.tools;
+      messages.insert(messages.begin(), std::move(dev));
+    }
+    ChatOptions o;
+    o.effort = r.effort;
+    std::vector<int32_t> ids;
+    try {
+      ids = make_chat_format(ChatFormatKind::Harmony, engine_tokenize())->encode(messages, o);
+    } catch (const Error& e) {
+      bad_request("messages", e.what());
+    }
+    co.thinking = true;
+    co.start = ReplyParser::Start::Harmony;
+    co.tool_choice = r.tools.empty() ? ToolChoice::None : r.tool_choice;
+    co.parallel_tool_calls = r.parallel_tool_calls;
+    return ids;
+  }
+
+  // DeepSeek-V4's encoding of the messages with the request's tools in the
+  // system prompt, and for a forced tool_choice the opening of the call
+  // written after the generation prompt.
+  std::string dsv4_prompt(const GenerationRequest& r, ChoiceOptions& co) {
     std::vector<ChatMessage> messages = r.messages;
     if (!r.tools.empty() && r.tool_choice != ToolChoice::None) {
       // DeepSeek's encoder reads tools from the system message.
@@ -400,8 +440,7 @@ struct HttpServer::Impl {
     http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
       GenerationRequest r = parse_chat_request(req.body, engine().generation_defaults().sampling);
       ChoiceOptions co;
-      const std::string text = chat_prompt(r, co);
-      auto prompt = engine().tokenize(text, /*allow_special=*/true);
+      auto prompt = chat_prompt(r, co);
       generate(req, res, std::move(r), std::move(prompt), true, std::move(co));
     }));
     http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {

@@ -5,20 +5,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/dsv4_markup.h"
+
 namespace nibble::server {
 namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kDsml = "｜DSML｜";
-constexpr std::string_view kThinkEnd = "</think>";
-constexpr std::string_view kCallsOpen = "<｜DSML｜tool_calls>";
-constexpr std::string_view kCallsClose = "</｜DSML｜tool_calls>";
-constexpr std::string_view kInvokeOpen = "<｜DSML｜invoke name=\"";
-constexpr std::string_view kInvokeClose = "</｜DSML｜invoke>";
-constexpr std::string_view kParamOpen = "<｜DSML｜parameter name=\"";
-constexpr std::string_view kParamClose = "</｜DSML｜parameter>";
-constexpr std::string_view kStringFlag = "\" string=\"";
+using dsv4::kCallsClose;
+using dsv4::kCallsOpen;
+using dsv4::kDsml;
+using dsv4::kInvokeClose;
+using dsv4::kInvokeOpen;
+using dsv4::kParamClose;
+using dsv4::kParamOpen;
+using dsv4::kStringFlag;
+using dsv4::kThinkEnd;
 // A tag's header (a name, a flag) longer than this is not DSML the model
 // meant; waiting for its end would hold the reply forever.
 constexpr size_t kMaxHeader = 512;
@@ -64,10 +66,23 @@ ReplyParser::ReplyParser(Start start, std::string forced_name) {
       state_ = State::InInvoke;
       name_ = std::move(forced_name);
       break;
+    case Start::Harmony:
+      state_ = State::Content;
+      harmony_ = std::make_unique<HarmonyReplyParser>();
+      break;
   }
 }
 
+ReplyDelta ReplyParser::from_harmony(HarmonyDelta d) {
+  ReplyDelta out;
+  out.reasoning = std::move(d.reasoning);
+  out.content = std::move(d.content);
+  for (ToolCall& c : d.tool_calls) out.tool_calls.push_back({calls_++, std::move(c.name), std::move(c.arguments)});
+  return out;
+}
+
 ReplyDelta ReplyParser::push(std::string_view text) {
+  if (harmony_) return from_harmony(harmony_->push(text));
   ReplyDelta out;
   buf_ += text;
   run(out, false);
@@ -75,6 +90,7 @@ ReplyDelta ReplyParser::push(std::string_view text) {
 }
 
 ReplyDelta ReplyParser::finish() {
+  if (harmony_) return from_harmony(harmony_->finish());
   ReplyDelta out;
   run(out, true);
   buf_.clear();  // an unfinished block (or text after one) is dropped

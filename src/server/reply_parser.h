@@ -23,9 +23,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tokenizer/harmony_reply.h"
 
 namespace nibble::server {
 
@@ -48,8 +51,9 @@ class ReplyParser {
   // Where the generated text starts: a thinking prompt ends "<think>" (the
   // text opens with reasoning); a forced tool call's prompt already holds
   // "<｜DSML｜tool_calls>\n" (tool_choice "required") or also
-  // "<｜DSML｜invoke name="NAME">\n" (a named tool_choice).
-  enum class Start { Content, Reasoning, InToolCalls, InInvoke };
+  // "<｜DSML｜invoke name="NAME">\n" (a named tool_choice). Harmony: a
+  // gpt-oss reply (tokenizer/harmony_reply.h) instead of DeepSeek's layout.
+  enum class Start { Content, Reasoning, InToolCalls, InInvoke, Harmony };
   explicit ReplyParser(Start start = Start::Content, std::string forced_name = "");
 
   ReplyDelta push(std::string_view text);
@@ -61,7 +65,9 @@ class ReplyParser {
   bool broken() const { return state_ == State::Broken; }  // a block did not parse
   // Nothing more can be shown: the tool-call block closed (only the end of
   // the turn may follow) or broke. Generating on is wasted work.
-  bool ended() const { return state_ == State::AfterBlock || state_ == State::Broken; }
+  bool ended() const {
+    return harmony_ ? harmony_->ended() : state_ == State::AfterBlock || state_ == State::Broken;
+  }
 
  private:
   enum class State { Reasoning, Content, BlockOpen, InCalls, InInvoke, AfterBlock, Broken };
@@ -74,6 +80,8 @@ class ReplyParser {
   std::string name_;                         // the open invoke's function
   std::vector<std::pair<std::string, std::string>> args_;  // its (key, JSON value) so far
   size_t calls_ = 0;
+  std::unique_ptr<HarmonyReplyParser> harmony_;  // Start::Harmony
+  ReplyDelta from_harmony(HarmonyDelta d);
 };
 
 }  // namespace nibble::server

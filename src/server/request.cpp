@@ -343,7 +343,8 @@ GenerationRequest parse_chat_request(std::string_view body, const SamplingParams
       if (v.is_null()) continue;
       const std::string e = as_string(v, key);
       if (e == "none") effort_thinking = false;
-      else if (e == "minimal" || e == "low" || e == "medium") effort_thinking = true;
+      else if (e == "minimal" || e == "low") effort_thinking = true, r.effort = ReasoningEffort::Low;
+      else if (e == "medium") effort_thinking = true, r.effort = ReasoningEffort::Medium;
       else if (e == "high") effort_thinking = true, r.effort = ReasoningEffort::High;
       else if (e == "max") effort_thinking = true, r.effort = ReasoningEffort::Max;
       else bad_request(key, "reasoning_effort must be none, minimal, low, medium, high or max, got \"", e, "\"");

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/dsv4_markup.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -18,9 +19,9 @@ constexpr std::string_view kBos = "<｜begin▁of▁sentence｜>";
 constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
 constexpr std::string_view kUser = "<｜User｜>";
 constexpr std::string_view kAssistant = "<｜Assistant｜>";
-constexpr std::string_view kThinkStart = "<think>";
-constexpr std::string_view kThinkEnd = "</think>";
-constexpr std::string_view kDsml = "｜DSML｜";
+using dsv4::kDsml;
+using dsv4::kThinkEnd;
+using dsv4::kThinkStart;
 
 // The fixed texts below are part of the model's prompt format (DeepSeek's
 // encoding_dsv4.py): the model was trained on them verbatim.
@@ -188,22 +189,24 @@ std::string render_arguments(const ToolCall& call, size_t index) {
     if (!first) out += '\n';
     first = false;
     const bool is_str = value.is_string();
-    out += "<｜DSML｜parameter name=\"" + key + "\" string=\"" + (is_str ? "true" : "false") + "\">";
+    out += std::string(dsv4::kParamOpen) + key + std::string(dsv4::kStringFlag) + (is_str ? "true" : "false") + "\">";
     out += is_str ? value.get<std::string>() : python_json(value);
-    out += "</｜DSML｜parameter>";
+    out += dsv4::kParamClose;
   }
   return out;
 }
 
 std::string render_tool_calls(const std::vector<ToolCall>& calls, size_t index) {
-  std::string out = "\n\n<｜DSML｜tool_calls>\n";
+  std::string out = "\n\n" + std::string(dsv4::kCallsOpen) + "\n";
   for (size_t i = 0; i < calls.size(); ++i) {
     if (i) out += '\n';
-    out += "<｜DSML｜invoke name=\"" + calls[i].name + "\">\n";
+    out += std::string(dsv4::kInvokeOpen) + calls[i].name + "\">\n";
     out += render_arguments(calls[i], index);
-    out += "\n</｜DSML｜invoke>";
+    out += "\n";
+    out += dsv4::kInvokeClose;
   }
-  out += "\n</｜DSML｜tool_calls>";
+  out += "\n";
+  out += dsv4::kCallsClose;
   return out;
 }
 

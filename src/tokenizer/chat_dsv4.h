@@ -26,45 +26,21 @@
 // BOS (Tokenizer::encode(prompt)).
 #pragma once
 
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/chat_message.h"
+
 namespace nibble {
-
-enum class ChatRole { System, Developer, User, Assistant, Tool };
-
-// "system" | "developer" | "user" | "assistant" | "tool"; else nibble::Error.
-ChatRole parse_chat_role(std::string_view role);
-
-struct ToolCall {
-  std::string id;         // the OpenAI tool_call id; orders the tool results
-  std::string name;       // function name
-  std::string arguments;  // JSON object text, e.g. {"city": "Paris"}
-};
-
-struct ChatMessage {
-  ChatRole role = ChatRole::User;
-  std::string content;
-  std::optional<std::string> reasoning_content;  // assistant: its thinking
-  std::vector<ToolCall> tool_calls;              // assistant: calls it made
-  std::string tool_call_id;                      // tool: the call answered
-  std::string tools;            // system/developer: OpenAI "tools" array, JSON text ("" = none)
-  std::string response_format;  // system/developer: JSON schema object text ("" = none)
-};
-
-enum class ThinkingMode { Chat, Thinking };
-
-// "max" prepends DeepSeek's fixed "Reasoning Effort: Absolute maximum ..."
-// paragraph in thinking mode; "high" and the default add nothing.
-enum class ReasoningEffort { Default, High, Max };
 
 struct ChatEncodeOptions {
   ThinkingMode mode = ThinkingMode::Chat;
   bool drop_thinking = true;  // drop reasoning of turns before the last user message
   bool add_bos = true;
+  // Max prepends DeepSeek's fixed "Reasoning Effort: Absolute maximum ..."
+  // paragraph in thinking mode; the other efforts add nothing.
   ReasoningEffort effort = ReasoningEffort::Default;
 };
 
@@ -73,13 +49,6 @@ struct ChatEncodeOptions {
 // (a developer message without content, malformed tools JSON, tool-call
 // arguments that are JSON but not an object, ...).
 std::string encode_dsv4_chat(std::span<const ChatMessage> messages, const ChatEncodeOptions& options);
-
-struct ParsedCompletion {
-  std::string reasoning_content;  // thinking mode: the text before </think>
-  std::string content;
-  std::vector<ToolCall> tool_calls;  // arguments as Python-style JSON text
-  bool finished = false;             // ended with <｜end▁of▁sentence｜>
-};
 
 // Parses the text generated after a prompt (the prompt itself excluded):
 // "reasoning</think>content<｜end▁of▁sentence｜>" in thinking mode,

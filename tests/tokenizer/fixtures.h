@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,6 +15,12 @@ namespace nibble::test {
 
 inline std::string fixture_path(const std::string& name) {
   return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/tokenizer/" + name;
+}
+
+// Where CMake unpacks gpt-oss's tokenizer files (cmake/gptoss_tokenizer.cmake):
+// <build>/gptoss-tokenizer, the build folder being the nibble binary's.
+inline std::string gptoss_tokenizer_dir() {
+  return (std::filesystem::path(NIBBLE_BINARY).parent_path() / "gptoss-tokenizer").string();
 }
 
 inline std::string read_text(const std::string& path) {
