@@ -69,6 +69,10 @@ struct Metadata {
   // compressed-tensors pack-quantized INT4 (W4A16): the config groups' group_size.
   int64_t ct_group = 0;
   std::string ct_desc;                       // "compressed-tensors pack-quantized: int4 symmetric, group_size 32"
+  // gpt-oss's quantization_config {quant_method mxfp4, modules_to_not_convert}:
+  // *_blocks / *_scales MXFP4 tensors everywhere but the listed modules.
+  std::string mxfp4_desc;                    // "config.json quantization_config (quant_method mxfp4, ...)"
+  std::vector<std::string> not_convert;      // modules_to_not_convert (fnmatch globs)
   std::vector<Unsupported> unsupported;
   std::string schema;
 };
@@ -188,8 +192,16 @@ Metadata read_metadata(const Checkpoint& ck) {
       if (!algo_format(algo) && lower(algo) != "mixed_precision")
         m.unsupported.push_back({"modelopt " + algo, cfg_path + " quantization_config.quant_algo", ""});
     } else if (m.quant_method == "mxfp4") {
-      m.unsupported.push_back({"mxfp4 (gpt-oss layout: *_blocks / *_scales)",
-                               cfg_path + " quantization_config.quant_method", ""});
+      m.mxfp4_desc = "config.json quantization_config (quant_method mxfp4";
+      if (auto nc = qc->find("modules_to_not_convert"); nc != qc->end() && !nc->is_null()) {
+        if (!nc->is_array()) fail(cfg_path, ": quantization_config.modules_to_not_convert must be a list of module names");
+        for (const auto& e : *nc) {
+          if (!e.is_string()) fail(cfg_path, ": quantization_config.modules_to_not_convert must be a list of module names");
+          m.not_convert.push_back(e.get<std::string>());
+        }
+        m.mxfp4_desc += ", modules_to_not_convert " + nc->dump();
+      }
+      m.mxfp4_desc += ")";
     } else if (!m.quant_method.empty()) {
       m.unsupported.push_back({m.quant_method, cfg_path + " quantization_config.quant_method", ""});
     }
@@ -204,6 +216,8 @@ Metadata read_metadata(const Checkpoint& ck) {
   if (m.modelopt) m.schema = schema_of_modelopt(m);
   else if (m.quant_method == "fp8" && !m.expert_dtype.empty())
     m.schema = "DeepSeek-V4 (fp8 quantization_config + expert_dtype " + m.expert_dtype + ")";
+  else if (m.quant_method == "mxfp4")
+    m.schema = "gpt-oss (quantization_config quant_method mxfp4 + modules_to_not_convert; *_blocks / *_scales)";
   else if (!m.quant_method.empty()) m.schema = "quantization_config quant_method " + m.quant_method;
   else if (!std::filesystem::exists(cfg_path))
     m.schema = "none (no config.json; the formats come from the tensors alone)";
@@ -393,11 +407,52 @@ bool classify_int4(const Checkpoint& ck, const std::string& base, const TensorIn
   return true;
 }
 
+// Whether modules_to_not_convert names module `base` or a parent of it (its
+// entries are globs: "model.layers.*.self_attn").
+bool not_converted(const Metadata& m, const std::string& base) {
+  for (const auto& pat : m.not_convert)
+    for (size_t end = base.size(); end != std::string::npos && end > 0; end = base.rfind('.', end - 1))
+      if (fnmatch(pat.c_str(), base.substr(0, end).c_str(), 0) == 0) return true;
+  return false;
+}
+
+// gpt-oss's MXFP4 layout (transformers' integrations/mxfp4.py): `base`_blocks
+// U8 [..., R, C/32, 16] (16 bytes = 32 E2M1 codes, element 2j in the low
+// nibble of byte j) and `base`_scales U8 [..., R, C/32] (E8M0 exponents,
+// 2^(s - 127)). The leading dimensions (gpt-oss: the experts) stack R x C
+// matrices [out, in] back to back, so the whole tensor is one MXFP4 matrix
+// of [prod(leading) * R, C] in nibble's own layout, read in place.
+void classify_blocks(const Checkpoint& ck, const std::string& base, const TensorInfo& blocks, DetectedTensor* out,
+                     std::string* evidence) {
+  const TensorInfo* scales = ck.find(base + "_scales");
+  if (!scales)
+    fail(blocks.file, ": tensor ", blocks.name, " (MXFP4 blocks) has no ", base, "_scales (its E8M0 exponents)");
+  if (blocks.dtype != DType::U8)
+    fail(blocks.file, ": tensor ", blocks.name, " has dtype ", dtype_name(blocks.dtype), "; MXFP4 blocks are U8");
+  if (scales->dtype != DType::U8 && scales->dtype != DType::F8_E8M0)
+    fail(scales->file, ": tensor ", scales->name, " has dtype ", dtype_name(scales->dtype),
+         "; MXFP4 scales are U8 (E8M0)");
+  if (blocks.shape.size() < 3 || blocks.shape.back() != 16)
+    fail(blocks.file, ": tensor ", blocks.name, " has shape ", blocks.shape_str(),
+         " but MXFP4 blocks are [..., rows, cols/32, 16]");
+  std::vector<int64_t> want(blocks.shape.begin(), blocks.shape.end() - 1);
+  check_shape(*scales, want, "MXFP4 blocks " + blocks.name + " " + blocks.shape_str());
+  int64_t rows = 1;
+  for (size_t i = 0; i + 2 < blocks.shape.size(); ++i) rows *= blocks.shape[i];
+  out->format = Format::mxfp4;
+  out->parts = {&blocks, scales};
+  out->is_matrix = true;
+  out->rows = rows;
+  out->cols = blocks.shape[blocks.shape.size() - 2] * 32;
+  // No shape in the evidence: explain folds one line for every layer's tensors.
+  *evidence = "U8 _blocks (32 E2M1 per 16 bytes, " + std::to_string(blocks.shape.size() - 3) +
+              " leading (expert) dims) + " + dtype_name(scales->dtype) + " _scales (E8M0) per 32";
+}
+
 // Names that mark quantization layouts nibble recognises but cannot run.
 std::optional<std::string> unsupported_by_name(const std::string& name) {
   if (ends_with(name, ".qweight") || ends_with(name, ".qzeros") || ends_with(name, ".g_idx"))
     return "gptq/awq packed int4";
-  if (ends_with(name, "_blocks")) return "mxfp4 (gpt-oss layout: *_blocks / *_scales)";
   return std::nullopt;
 }
 
@@ -479,6 +534,28 @@ Detection detect_formats(const Checkpoint& ck) {
     for (const auto* p : d.parts) consumed.insert(p->name);
     det.tensors.push_back(std::move(d));
   }
+  // Pass 1c: gpt-oss MXFP4 *_blocks + *_scales.
+  for (const TensorInfo* t : ck.tensors()) {
+    if (!ends_with(t->name, "_blocks")) continue;
+    const std::string base = t->name.substr(0, t->name.size() - 7);
+    DetectedTensor d;
+    d.name = base;
+    std::string evidence;
+    classify_blocks(ck, base, *t, &d, &evidence);
+    if (!meta.mxfp4_desc.empty() && not_converted(meta, base)) {
+      det.warnings.push_back(base + ": metadata says not quantized (" + meta.mxfp4_desc +
+                             ") but the tensors are mxfp4 (" + evidence + "); using mxfp4");
+      d.provenance = "tensors: " + evidence + " (overrides " + meta.mxfp4_desc + ")";
+    } else if (!meta.mxfp4_desc.empty()) {
+      d.provenance = meta.mxfp4_desc + "; tensors agree: " + evidence;
+    } else {
+      d.provenance = "tensors: " + evidence;
+    }
+    d.params = uint64_t(d.rows) * uint64_t(d.cols);
+    d.bytes = parts_bytes(d);
+    for (const auto* p : d.parts) consumed.insert(p->name);
+    det.tensors.push_back(std::move(d));
+  }
   // Pass 2: everything else stands alone.
   for (const TensorInfo* t : ck.tensors()) {
     if (consumed.count(t->name)) continue;
@@ -487,6 +564,9 @@ Detection detect_formats(const Checkpoint& ck) {
     d.parts = {t};
     d.params = uint64_t(t->numel());
     d.bytes = t->nbytes;
+    if (ends_with(t->name, "_scales") && (t->dtype == DType::U8 || t->dtype == DType::F8_E8M0))
+      fail(t->file, ": tensor ", t->name, " is an MXFP4 scale with no blocks (",
+           t->name.substr(0, t->name.size() - 7), "_blocks is missing)");
     std::optional<std::string> method = unsupported_by_name(t->name);
     for (const char* suffix : {".scale", ".weight_scale", ".weight_scale_2", ".weight_scale_inv", ".input_scale"}) {
       if (method) break;

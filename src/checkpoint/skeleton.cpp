@@ -191,8 +191,11 @@ SkeletonSummary write_skeleton_checkpoint(const std::string& template_path, cons
   sum.dir = dir;
   std::map<std::string, std::string> weight_map;
   for (size_t k = 0; k < shards.size(); ++k) {
+    // {n:05} / {count:05}: 1-based (model-00001-of-00046); {k:05} / {last:05}:
+    // 0-based, as gpt-oss publishes its shards (model-00000-of-00002 .. 00002-of-00002).
     std::string file = replace_all(replace_all(shard_name, "{n:05}", zero_padded(k + 1, 5)), "{count:05}",
                                    zero_padded(shards.size(), 5));
+    file = replace_all(replace_all(file, "{k:05}", zero_padded(k, 5)), "{last:05}", zero_padded(shards.size() - 1, 5));
     const std::string at = where + ": shard " + file;
     std::vector<TensorSpec> specs;
     for (const auto& group : shards[k]) {
@@ -250,6 +253,16 @@ std::string write_dsv4_flash_skeleton(const std::string& dir) { return write_dsv
 
 std::string write_dsv4_flash_skeleton(const std::string& dir, const std::string& variant) {
   write_skeleton_checkpoint(dsv4_flash_skeleton_template(variant), dir);
+  return dir;
+}
+
+std::string gpt_oss_skeleton_template(const std::string& size) {
+  if (size != "20b" && size != "120b") fail("gpt-oss skeleton: size ", size, " is not 20b or 120b");
+  return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/checkpoints/gpt_oss_" + size + "_skeleton.json";
+}
+
+std::string write_gpt_oss_skeleton(const std::string& dir, const std::string& size) {
+  write_skeleton_checkpoint(gpt_oss_skeleton_template(size), dir);
   return dir;
 }
 

@@ -57,4 +57,11 @@ std::string write_dsv4_flash_skeleton(const std::string& dir);
 std::string dsv4_flash_skeleton_template(const std::string& variant);
 std::string write_dsv4_flash_skeleton(const std::string& dir, const std::string& variant);
 
+// openai/gpt-oss-20b or -120b (`size` "20b" / "120b") as published: its
+// config.json, BF16 attention / router / embeddings / head, MXFP4 experts as
+// *_blocks / *_scales, 0-based shard names (tests/fixtures/checkpoints/
+// gpt_oss_{20b,120b}_skeleton.json, written by tools/gen_gptoss_fixtures.py).
+std::string gpt_oss_skeleton_template(const std::string& size);
+std::string write_gpt_oss_skeleton(const std::string& dir, const std::string& size);
+
 }  // namespace nibble

@@ -134,6 +134,11 @@ void print_plan(const std::string& path, const Plan& plan, bool arch_runs, bool 
                 plan.architecture.empty() ? "a model without an architecture" : plan.architecture.c_str(), runs.c_str());
   } else if (plan.backend.empty())
     std::printf("backend   none: nibble has no backend for %s yet; only its kernels are planned\n\n", d.name.c_str());
+  else if (plan.architecture == "GptOssForCausalLM")
+    std::printf("backend   %s: runs every op of the forward (embedding, norms, projections and biases, half-split\n"
+                "          RoPE, grouped-query attention with sinks (sliding / full), MoE with expert biases, head)\n"
+                "          with the kernels below\n\n",
+                plan.backend.c_str());
   else
     std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"
                 "          RoPE, window / compressed attention and indexer, MoE, head) with the kernels below\n\n",

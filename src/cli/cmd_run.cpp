@@ -29,6 +29,8 @@ std::vector<OptionSpec> options() {
       {"--no-bos", "", "raw prompts: do not start with the BOS token"},
       {"--json", "", "print one JSON object at the end (ids, text, stop reason, timings) instead of streaming"},
       {"--n-probs", "N", "with --json: each token's log-probability and the N most likely alternatives (default 0)"},
+      {"--tokens", "IDS", "the prompt as comma-separated token ids instead of text (no tokenizer needed); "
+                          "prints the generated ids (a stop token that ends it included)"},
   };
   for (auto& spec : text_generation_options()) o.push_back(spec);
   return o;
@@ -119,6 +121,59 @@ nlohmann::json completion_json(const TextModel& tm, const std::vector<int32_t>& 
   return j;
 }
 
+// --tokens 1,2,3: "0,17,42" as ids, each in [0, INT32_MAX].
+std::vector<int32_t> token_ids_arg(const std::string& s) {
+  std::vector<int32_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used, 10);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < 0 || v > INT32_MAX)
+      usage_fail("--tokens: '", item, "' (entry ", out.size(), ") is not a token id");
+    out.push_back(int32_t(v));
+  }
+  if (out.empty() || s.back() == ',') usage_fail("--tokens: give comma-separated token ids, e.g. 0,17,42");
+  return out;
+}
+
+// run --tokens: ids in, ids out, no tokenizer (a model folder without
+// tokenizer.json, e.g. a test fixture or a benchmark checkpoint).
+int run_ids(const ParsedArgs& args, const std::string& usage) {
+  for (const char* f : {"--prompt", "--file", "--chat", "--think", "--json", "--n-probs", "--stop"})
+    if (args.has(f)) usage_fail("--tokens gives the prompt as ids; it does not combine with ", f);
+  const std::vector<int32_t> ids = token_ids_arg(args.str("--tokens"));
+  TextModel tm = load_text_model(args, usage, /*with_tokenizer=*/false);
+  for (int32_t id : ids)
+    if (id >= tm.engine->vocab_size())
+      usage_fail("--tokens: id ", id, " is outside the model's vocabulary of ", tm.engine->vocab_size());
+  const GenerationParams gen = fit_to_context(generation_options(args, tm), tm, 0, int64_t(ids.size()));
+  install_interrupt_handler();
+  const SeqId seq = tm.engine->create();
+  size_t shown = 0;
+  auto show = [&](int32_t id) {
+    std::printf("%s%d", shown++ ? "," : "", id);
+    std::fflush(stdout);
+  };
+  Completion c;
+  c.result = tm.engine->generate(seq, ids, gen, [&](int32_t id) {
+    show(id);
+    return !interrupted();
+  });
+  // The stop token that ended it is not streamed; as ids it is shown too.
+  for (size_t i = shown; i < c.result.tokens.size(); ++i) show(c.result.tokens[i]);
+  c.interrupted = interrupted();
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  print_generation_stats(c, tm.load_seconds);
+  return c.interrupted ? 130 : 0;
+}
+
 int run_run(const std::vector<std::string>& argv) {
   const auto specs = options();
   ParsedArgs args = parse_args(argv, specs);
@@ -133,6 +188,7 @@ int run_run(const std::vector<std::string>& argv) {
                              specs);
     return 0;
   }
+  if (args.has("--tokens")) return run_ids(args, usage);
   const std::string prompt = prompt_arg(args, usage);
   TextModel tm = load_text_model(args, usage);
   GenerationParams gen = generation_options(args, tm);

@@ -62,7 +62,7 @@ std::vector<OptionSpec> text_generation_options() {
 // Models smaller than this load too fast for a progress bar to help.
 constexpr uint64_t kProgressMinBytes = uint64_t(1) << 30;
 
-TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
+TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool with_tokenizer) {
   TextModel tm;
   tm.dir = model_dir_arg(args, /*shipped_default=*/true, usage);
   EngineOptions opt = engine_options(args);
@@ -77,13 +77,6 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
   const auto t0 = std::chrono::steady_clock::now();
   tm.engine = Engine::load(tm.dir, opt);
   bar.finish();
-  const std::string tok_path = tm.dir + "/tokenizer.json";
-  if (!fs::exists(tok_path)) fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble logits` does not)");
-  tm.tokenizer = Tokenizer::from_file(tok_path);
-  tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (int64_t(tm.tokenizer.vocab_size()) > tm.engine->vocab_size())
-    fail(tok_path, ": the tokenizer has ", tm.tokenizer.vocab_size(), " ids but the model's vocab_size is ",
-         tm.engine->vocab_size());
   tm.context = tm.engine->max_context();
   if (ctx_flag > 0) {
     if (ctx_flag > tm.context)
@@ -91,6 +84,18 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage) {
                    (long long)ctx_flag, (long long)tm.context);
     tm.context = std::min(tm.context, ctx_flag);
   }
+  if (!with_tokenizer) {
+    tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return tm;
+  }
+  const std::string tok_path = tm.dir + "/tokenizer.json";
+  if (!fs::exists(tok_path))
+    fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble run --tokens IDS` and `nibble logits` do not)");
+  tm.tokenizer = Tokenizer::from_file(tok_path);
+  tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (int64_t(tm.tokenizer.vocab_size()) > tm.engine->vocab_size())
+    fail(tok_path, ": the tokenizer has ", tm.tokenizer.vocab_size(), " ids but the model's vocab_size is ",
+         tm.engine->vocab_size());
   return tm;
 }
 

@@ -35,8 +35,9 @@ struct TextModel {
 // Flags every text command accepts (model, sampling, threads, backends).
 std::vector<OptionSpec> text_generation_options();
 
-// The model (MODEL_DIR, -m, or the shipped one) and its tokenizer.
-TextModel load_text_model(const ParsedArgs& args, const std::string& usage);
+// The model (MODEL_DIR, -m, or the shipped one) and its tokenizer (none
+// with `with_tokenizer` false: `run --tokens` works on token ids alone).
+TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool with_tokenizer = true);
 
 // The model's chat format (tokenizer/chat_format.h: from the architecture,
 // else the tokenizer's special tokens), encoding with tm.tokenizer: `tm`

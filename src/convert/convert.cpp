@@ -113,6 +113,15 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
          ") is not a format convert reads; it converts DeepSeek-V4-style checkpoints with MXFP4, NVFP4 or BF16 "
          "routed experts");
   }
+  // gpt-oss's experts are stacked *_blocks / *_scales tensors (one per layer
+  // and projection, every expert inside): nibble runs them, but convert's
+  // plan rewrites DeepSeek-V4's per-expert w1/w2/w3 matrices only.
+  for (const DetectedTensor& t : det.tensors)
+    if (t.format == Format::mxfp4 && t.parts[0]->name.size() > 7 &&
+        t.parts[0]->name.compare(t.parts[0]->name.size() - 7, 7, "_blocks") == 0)
+      fail("SRC ", opt.src, ": tensor ", t.parts[0]->name, " holds gpt-oss-layout MXFP4 experts (stacked *_blocks / "
+           "*_scales); convert does not rewrite that layout yet (it converts DeepSeek-V4-style checkpoints: "
+           "layers.N.ffn.experts.M.w1/w2/w3)");
   OutputStaging staging(opt.src, opt.dst, opt.force);
   report.replaced_existing = staging.replaces_existing();
 

@@ -1,5 +1,9 @@
-// The fused DeepSeek-V4 MoE layer (dsv4.md §2.6): router, expert selection,
-// clamped SwiGLU experts, shared expert, weighted combine. Implementations
+// The fused MoE layer: router, expert selection, clamped SwiGLU experts,
+// shared expert, weighted combine. Two flavours share it: DeepSeek-V4's
+// (dsv4.md §2.6: separate w1 / w3, silu, selection bias, hash routing) and
+// gpt-oss's (one gate_up matrix with gate / up rows interleaved, expert
+// biases, a router bias, top-k then softmax over the chosen logits, and
+// (up + 1) * gate * sigmoid(alpha * gate)). Implementations
 // (reference, AVX2, AVX-512) share this signature and are chosen by the
 // planner; for a batch, tokens are grouped by expert so that each selected
 // expert's weights are read once.
@@ -15,12 +19,21 @@ namespace nibble {
 
 class ThreadPool;
 
-enum class ScoringFunc { softmax, sigmoid, sqrtsoftplus };
+// topk_softmax (gpt-oss): the top k of the raw logits, weights = softmax
+// over those k logits; the others score every expert before selection.
+enum class ScoringFunc { softmax, sigmoid, sqrtsoftplus, topk_softmax };
 
 struct ExpertWeights {
-  WeightView w1;  // gate  [inter, hidden]
-  WeightView w3;  // up    [inter, hidden]
+  WeightView w1;  // gate  [inter, hidden]   (empty when w13 is set)
+  WeightView w3;  // up    [inter, hidden]   (empty when w13 is set)
   WeightView w2;  // down  [hidden, inter]
+  // gpt-oss: gate and up in one matrix [2 * inter, hidden], row 2i the gate
+  // and row 2i + 1 the up projection of channel i (as published), with
+  // biases b13 [2 * inter] and b2 [hidden] (f32; null: none).
+  WeightView w13;
+  const float* b13 = nullptr;
+  const float* b2 = nullptr;
+  bool fused() const { return w13.data != nullptr; }
 };
 
 struct MoeWeights {
@@ -39,6 +52,10 @@ struct MoeWeights {
   bool norm_topk_prob = true;         // renormalise the selected weights to sum 1
   float routed_scaling = 1.0f;        // multiplies the routing weights
   float swiglu_limit = 0.0f;          // > 0: clamp up to [-l, l], gate to <= l
+  // > 0 (gpt-oss, 1.702): h = (up + 1) * gate * sigmoid(alpha * gate) after
+  // the clamps; 0: h = silu(gate) * up (DeepSeek-V4).
+  float swiglu_alpha = 0.0f;
+  const float* gate_bias = nullptr;   // [E] added to the router logits (gpt-oss), or null
   std::vector<ExpertWeights> experts; // [E]
   bool has_shared = false;
   ExpertWeights shared;               // width `inter` (n_shared_experts = 1)

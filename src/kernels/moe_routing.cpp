@@ -27,6 +27,9 @@ void moe_scores(ScoringFunc f, const float* logits, int64_t n_experts, float* sc
         scores[e] = std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));
       }
       return;
+    case ScoringFunc::topk_softmax:  // scores are the logits; the softmax comes after selection
+      std::copy(logits, logits + n_experts, scores);
+      return;
   }
 }
 
@@ -54,8 +57,12 @@ void check_expert(const ExpertWeights& e, const MoeWeights& w, const char* what,
       fail("MoE ", what, idx >= 0 ? " " + std::to_string(idx) : std::string(), " ", role, " (tensor ",
            v.name, ") is [", v.rows, ", ", v.cols, "], expected [", rows, ", ", cols, "]");
   };
-  bad(e.w1, "w1", w.inter, w.hidden);
-  bad(e.w3, "w3", w.inter, w.hidden);
+  if (e.fused()) {
+    bad(e.w13, "gate_up", 2 * w.inter, w.hidden);
+  } else {
+    bad(e.w1, "w1", w.inter, w.hidden);
+    bad(e.w3, "w3", w.inter, w.hidden);
+  }
   bad(e.w2, "w2", w.hidden, w.inter);
 }
 
@@ -104,9 +111,21 @@ void route_tokens(const MoeWeights& w, const float* logits, const int32_t* token
       for (int64_t e = 0; e < E; ++e) key[size_t(e)] = scores[size_t(e)] + (w.bias ? w.bias[e] : 0.0f);
       torch_topk_indices(key.data(), E, K, idx);
     }
+    float* wt = out->weights.data() + t * K;
+    if (w.scoring == ScoringFunc::topk_softmax) {
+      // HF GptOssTopKRouter: topk(logits) (sorted, largest first), then
+      // softmax over the k values: exp(v - max) / sum, in f32.
+      std::sort(idx, idx + K, [&](int32_t a, int32_t b) {
+        return scores[size_t(a)] > scores[size_t(b)] || (scores[size_t(a)] == scores[size_t(b)] && a < b);
+      });
+      const float m = scores[size_t(idx[0])];
+      float sum = 0.0f;
+      for (int64_t k = 0; k < K; ++k) sum += (wt[k] = std::exp(scores[size_t(idx[k])] - m));
+      for (int64_t k = 0; k < K; ++k) wt[k] = wt[k] / sum * w.routed_scaling;
+      continue;
+    }
     // HF: weights = scores.gather(idx); weights / (weights.sum() + 1e-20);
     // * routed_scaling_factor, all in f32.
-    float* wt = out->weights.data() + t * K;
     float sum = 0.0f;
     for (int64_t k = 0; k < K; ++k) sum += (wt[k] = scores[size_t(idx[k])]);
     for (int64_t k = 0; k < K; ++k) {

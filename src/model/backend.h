@@ -21,6 +21,8 @@
 #include "model/deepseek_v4_block.h"
 #include "model/deepseek_v4_hc.h"
 #include "model/forward_profile.h"
+#include "model/gpt_oss_attention.h"
+#include "util/error.h"
 
 namespace nibble {
 
@@ -87,6 +89,29 @@ class Backend {
   virtual void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
                       const AttnSeq& seq, Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score,
                       const IndexerProjections* idx, Tensor o) = 0;
+
+  // ---- gpt-oss ops (model/gpt_oss*.h) ----
+  // Added beside the DeepSeek-V4 ones rather than bending them; a backend
+  // that lacks one says so by name (the CPU backend has them all).
+  // y[r] += bias for every row r (bias [y.cols]).
+  virtual void add_bias(Tensor y, const float* bias) { (void)y, (void)bias, missing("add_bias"); }
+  // RoPE in the half-split layout of each row's `heads` vectors at positions[row].
+  virtual void rope_half_split(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions) {
+    (void)table, (void)x, (void)heads, (void)positions, missing("rope_half_split");
+  }
+  // y [T, D] = the MoE layer (router, routing, experts; no shared expert) of x [T, D] with `fn`.
+  virtual void moe_layer(const MoeWeights& w, MoeFn fn, Tensor x, Tensor y) {
+    (void)w, (void)fn, (void)x, (void)y, missing("moe_layer");
+  }
+  // One sequence's grouped-query attention with sinks: appends its k / v
+  // [count, KV*d] to its cache, o [count, H*d] from q [count, H*d].
+  virtual void gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
+                          Tensor o) {
+    (void)s, (void)sinks, (void)seq, (void)q, (void)k, (void)v, (void)o, missing("gqa_attend");
+  }
+
+ private:
+  [[noreturn]] void missing(const char* op) const { fail("backend ", name(), " has no op ", op, " (gpt-oss)"); }
 };
 
 }  // namespace nibble

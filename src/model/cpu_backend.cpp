@@ -84,4 +84,24 @@ void CpuBackend::attend(const AttentionWeights& w, const AttentionShape& s, cons
   attend_cpu(w, s, compress_rope, seq, q.data, kv.data, comp_kv.data, comp_score.data, idx, o.data, pool_, profile_);
 }
 
+void CpuBackend::add_bias(Tensor y, const float* bias) {
+  for (int64_t r = 0; r < y.rows; ++r) {
+    float* row = y.row(r);
+    for (int64_t c = 0; c < y.cols; ++c) row[c] += bias[c];
+  }
+}
+
+void CpuBackend::rope_half_split(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions) {
+  nibble::rope_half_split(table, x.data, x.rows, heads, x.cols / heads, positions.data());
+}
+
+void CpuBackend::moe_layer(const MoeWeights& w, MoeFn fn, Tensor x, Tensor y) {
+  fn(w, x.data, nullptr, x.rows, y.data, pool_);
+}
+
+void CpuBackend::gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
+                            Tensor o) {
+  gqa_attend_cpu(s, sinks, seq, q.data, k.data, v.data, o.data, pool_);
+}
+
 }  // namespace nibble

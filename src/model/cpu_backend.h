@@ -42,6 +42,12 @@ class CpuBackend : public Backend {
               Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score, const IndexerProjections* idx,
               Tensor o) override;
 
+  void add_bias(Tensor y, const float* bias) override;
+  void rope_half_split(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions) override;
+  void moe_layer(const MoeWeights& w, MoeFn fn, Tensor x, Tensor y) override;
+  void gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
+                  Tensor o) override;
+
  private:
   ThreadPool* pool_;
   ForwardProfile* profile_;

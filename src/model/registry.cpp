@@ -5,6 +5,8 @@
 #include "device/device.h"
 #include "model/deepseek_v4.h"
 #include "model/deepseek_v4_layout.h"
+#include "model/gpt_oss.h"
+#include "model/gpt_oss_layout.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -12,6 +14,7 @@ namespace nibble {
 const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> registry = {
       {"DeepseekV4ForCausalLM", deepseek_v4_layout, load_deepseek_v4},
+      {"GptOssForCausalLM", gpt_oss_layout, load_gpt_oss},
   };
   return registry;
 }

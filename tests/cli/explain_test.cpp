@@ -198,7 +198,7 @@ TEST(Explain, UnsupportedMethodsAreNamedNotMisread) {
     const char* dir;
     const char* method;
   };
-  for (Case c : {Case{"gptq", "gptq"}, Case{"awq", "awq"}, Case{"gpt_oss_mxfp4", "mxfp4"}}) {
+  for (Case c : {Case{"gptq", "gptq"}, Case{"awq", "awq"}}) {
     RunResult r = run_nibble({"explain", kFixtures + c.dir, "--bandwidth", "100"});
     EXPECT_EQ(r.exit_code, 1) << c.dir;
     EXPECT_TRUE(contains(r.err, c.method)) << c.dir << ": " << r.err;
@@ -206,6 +206,24 @@ TEST(Explain, UnsupportedMethodsAreNamedNotMisread) {
     RunResult inspect = run_nibble({"inspect", kFixtures + c.dir, "--json"});
     EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
   }
+}
+
+// gpt-oss's published layout (quant_method mxfp4, *_blocks / *_scales) is
+// read as MXFP4 in place and planned with the MoE kernels; it used to be
+// refused as an unsupported method.
+TEST(Explain, GptOssMxfp4ExpertsArePlanned) {
+  RunResult j = run_nibble({"explain", kFixtures + "gpt_oss_mxfp4", "--bandwidth", "100", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  json plan = json::parse(j.out);
+  EXPECT_EQ(plan["runnable"], true);
+  bool found = false;
+  for (const auto& g : plan["groups"])
+    if (g["group"] == "routed_experts" && g["format"] == "mxfp4") {
+      found = true;
+      EXPECT_TRUE(contains(g["provenance"], "quant_method mxfp4")) << g["provenance"];
+      EXPECT_TRUE(contains(g["provenance"], "_blocks")) << g["provenance"];
+    }
+  EXPECT_TRUE(found) << j.out;
 }
 
 // Kimi K2's layout: compressed-tensors pack-quantized INT4 experts are

@@ -5,10 +5,14 @@
 //   3. grouping per hit expert, in ascending order, its tokens and weights;
 //               the shared expert is one more group holding every token
 //   4. phase A  h = silu(min(w1 x, l)) * clamp(w3 x, -l, l) for every group,
-//               work items = (group, block of w1/w3 rows)
+//               work items = (group, block of w1/w3 rows); gpt-oss experts
+//               (ExpertWeights::fused) run their one gate_up matrix over the
+//               block's row pairs instead, add b13 and take
+//               h = (clamp(up) + 1) * g * sigmoid(alpha * g), g = min(gate, l)
 //   5. phase B  y[t] = sum over groups of weight * (w2 h), work items = blocks
 //               of output rows; each item walks the groups in order, so every
-//               output element is summed by one thread in HF's order
+//               output element is summed by one thread in HF's order (a
+//               fused expert's b2 is added, weighted, right after its rows)
 //
 // Between the phases the activations are re-prepared (the FP4 layout, or
 // int8 blocks for FP4 experts with the opt-in int8 kernels). All buffers are thread-local and only grow, so steady-state
@@ -25,6 +29,7 @@
 #include "kernels/cpu/moe_cpu.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -44,11 +49,15 @@ using x86::RowsOut;
 // One expert's share of the batch.
 struct Group {
   RawWeights w1, w3, w2;
+  RawWeights w13{};          // fused gate_up (gpt-oss); w1 / w3 unused then
+  bool fused = false;
+  const float* b13 = nullptr;  // [2I] or null
+  const float* b2 = nullptr;   // [D] or null
   int64_t first = 0;         // offset of its tokens in MoeScratch::tokens / alphas
   int64_t count = 0;         // tokens routed to it (a token may repeat under hash routing)
   bool shared = false;       // the shared expert: every token, weight 1
   float* h = nullptr;        // [count, I] gate, then SwiGLU output
-  float* u = nullptr;        // [count, I] up
+  float* u = nullptr;        // [count, I] up; fused: [count, 2I] gate_up
   PreparedActs x{};          // its tokens' x (rows of the prepared batch)
   PreparedActs hp{};         // prepared h
   uint8_t* hp_out = nullptr; // where phase A's h is prepared to (hp.data)
@@ -58,6 +67,15 @@ struct Group {
 // want the same activation layout (e.g. both FP4).
 Group make_group(const cpu::IsaKernels& k, const ExpertWeights& ew) {
   Group g;
+  if (ew.fused()) {
+    g.fused = true;
+    g.w13 = cpu::raw_weights(ew.w13);
+    g.w1 = g.w13;  // what decides the layout of x
+    g.w2 = cpu::raw_weights(ew.w2);
+    g.b13 = ew.b13;
+    g.b2 = ew.b2;
+    return g;
+  }
   g.w1 = cpu::raw_weights(ew.w1);
   g.w3 = cpu::raw_weights(ew.w3);
   g.w2 = cpu::raw_weights(ew.w2);
@@ -118,6 +136,9 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
   const PreparedActs gate_x = cpu::prepare_acts(k, k.acts_class(gate.kind), x, n, D, s.gate_acts, pool);
   s.logits.resize(size_t(n * E));
   run_rows(k, gate, gate_x, RowsOut{s.logits.data(), E, nullptr, false, nullptr}, pool);
+  if (w.gate_bias)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t e = 0; e < E; ++e) s.logits[size_t(t * E + e)] += w.gate_bias[e];
 
   // 2. Routing.
   route_tokens(w, s.logits.data(), token_ids, n, &s.routing);
@@ -171,17 +192,17 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
   }
 
   // h and u buffers, and where each group's prepared h goes.
-  int64_t total_tokens = 0, h_bytes = 0;
+  int64_t hu_floats = 0, h_bytes = 0;
   for (const Group& g : s.groups) {
-    total_tokens += g.count;
+    hu_floats += (g.fused ? 3 : 2) * g.count * I;  // h and u [I] each; fused: h [I] + gate_up [2I]
     h_bytes += g.count * k.acts_stride(k.acts_class(g.w2.kind), I);
   }
-  float* hu = reinterpret_cast<float*>(s.hu.get(size_t(2 * total_tokens * I) * sizeof(float)));
+  float* hu = reinterpret_cast<float*>(s.hu.get(size_t(hu_floats) * sizeof(float)));
   uint8_t* hp = s.h_acts.get(size_t(h_bytes));
   for (Group& g : s.groups) {
     g.h = hu;
     g.u = hu + g.count * I;
-    hu += 2 * g.count * I;
+    hu += (g.fused ? 3 : 2) * g.count * I;
     const ActsClass c = k.acts_class(g.w2.kind);
     g.hp = PreparedActs{hp, k.acts_stride(c, I), g.count, nullptr, c};
     g.hp_out = hp;
@@ -193,10 +214,28 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
   const int64_t a_chunk = cpu::row_chunk(I, threads);
   const int64_t a_per_group = (I + a_chunk - 1) / a_chunk;
   const int64_t n_groups = int64_t(s.groups.size());
-  const float limit = w.swiglu_limit;
+  const float limit = w.swiglu_limit, alpha = w.swiglu_alpha;
   cpu::parallel_items(pool, n_groups * a_per_group, [&](int64_t item, int) {
     const Group& g = s.groups[size_t(item / a_per_group)];
     const int64_t r0 = (item % a_per_group) * a_chunk, r1 = std::min(I, r0 + a_chunk);
+    if (g.fused) {
+      // Channels [r0, r1) are gate_up rows [2 r0, 2 r1): whole gate / up pairs.
+      k.linear_rows(g.w13, 2 * r0, 2 * r1, g.x, RowsOut{g.u, 2 * I, nullptr, false, nullptr});
+      for (int64_t t = 0; t < g.count; ++t) {
+        const float* gu = g.u + t * 2 * I;
+        float* h = g.h + t * I;
+        for (int64_t i = r0; i < r1; ++i) {
+          float gate = gu[2 * i] + (g.b13 ? g.b13[2 * i] : 0.0f);
+          float up = gu[2 * i + 1] + (g.b13 ? g.b13[2 * i + 1] : 0.0f);
+          if (limit > 0) {
+            gate = std::min(gate, limit);
+            up = std::clamp(up, -limit, limit);
+          }
+          h[i] = (up + 1.0f) * (gate * (1.0f / (1.0f + std::exp(-(gate * alpha)))));
+        }
+      }
+      return;
+    }
     k.linear_rows(g.w1, r0, r1, g.x, RowsOut{g.h, I, nullptr, false, nullptr});
     k.linear_rows(g.w3, r0, r1, g.x, RowsOut{g.u, I, nullptr, false, nullptr});
     for (int64_t t = 0; t < g.count; ++t) k.swiglu(g.h + t * I + r0, g.u + t * I + r0, r1 - r0, limit);
@@ -219,6 +258,13 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
       const RowsOut out{y, D, g.shared ? nullptr : s.alphas.data() + g.first, true,
                         g.shared ? nullptr : s.tokens.data() + g.first};
       k.linear_rows(g.w2, r0, r1, g.hp, out);
+      if (g.b2)
+        for (int64_t j = 0; j < g.count; ++j) {
+          const int64_t t = g.shared ? j : s.tokens[size_t(g.first + j)];
+          const float a = g.shared ? 1.0f : s.alphas[size_t(g.first + j)];
+          float* yt = y + t * D;
+          for (int64_t r = r0; r < r1; ++r) yt[r] += a * g.b2[r];
+        }
     }
   });
 }

@@ -36,6 +36,34 @@ void expert_ref(const ExpertWeights& e, float limit, const float* x, float* out,
   linear_ref(e.w2, g.data(), 1, out, pool);
 }
 
+// gpt-oss (HF GptOssExperts): gate_up = W13 x + b13; gate, up = rows 2i, 2i+1;
+// gate = min(gate, l); up = clamp(up, -l, l); h = (up + 1) * gate * sigmoid(alpha * gate);
+// out = W2 h + b2.
+void expert_fused_ref(const ExpertWeights& e, float limit, float alpha, const float* x, float* out,
+                      ThreadPool* pool) {
+  const int64_t inter = e.w13.rows / 2;
+  std::vector<float> gu(static_cast<size_t>(2 * inter)), h(static_cast<size_t>(inter));
+  linear_ref(e.w13, x, 1, gu.data(), pool);
+  for (int64_t i = 0; i < inter; ++i) {
+    float g = gu[size_t(2 * i)] + (e.b13 ? e.b13[2 * i] : 0.0f);
+    float u = gu[size_t(2 * i + 1)] + (e.b13 ? e.b13[2 * i + 1] : 0.0f);
+    if (limit > 0) {
+      g = std::min(g, limit);
+      u = std::clamp(u, -limit, limit);
+    }
+    const float glu = g * (1.0f / (1.0f + std::exp(-(g * alpha))));
+    h[size_t(i)] = (u + 1.0f) * glu;
+  }
+  linear_ref(e.w2, h.data(), 1, out, pool);
+  if (e.b2)
+    for (int64_t d = 0; d < e.w2.rows; ++d) out[d] += e.b2[d];
+}
+
+void run_expert_ref(const MoeWeights& w, const ExpertWeights& e, const float* x, float* out, ThreadPool* pool) {
+  if (e.fused()) expert_fused_ref(e, w.swiglu_limit, w.swiglu_alpha, x, out, pool);
+  else expert_ref(e, w.swiglu_limit, x, out, pool);
+}
+
 }  // namespace
 
 void moe_ref(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
@@ -45,6 +73,9 @@ void moe_ref(const MoeWeights& w, const float* x, const int32_t* token_ids, int6
   const int64_t D = w.hidden, E = w.n_experts, K = w.top_k;
   std::vector<float> logits(static_cast<size_t>(n * E));
   linear_ref(w.gate, x, n, logits.data(), pool);
+  if (w.gate_bias)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t e = 0; e < E; ++e) logits[size_t(t * E + e)] += w.gate_bias[e];
   MoeRouting routing;
   route_tokens(w, logits.data(), token_ids, n, &routing);
 
@@ -56,13 +87,13 @@ void moe_ref(const MoeWeights& w, const float* x, const int32_t* token_ids, int6
     for (int64_t t = 0; t < n; ++t)
       for (int64_t k = 0; k < K; ++k) {
         if (routing.experts[size_t(t * K + k)] != e) continue;
-        expert_ref(w.experts[size_t(e)], w.swiglu_limit, x + t * D, out.data(), pool);
+        run_expert_ref(w, w.experts[size_t(e)], x + t * D, out.data(), pool);
         const float wt = routing.weights[size_t(t * K + k)];
         for (int64_t d = 0; d < D; ++d) y[t * D + d] += out[size_t(d)] * wt;
       }
   if (w.has_shared)
     for (int64_t t = 0; t < n; ++t) {
-      expert_ref(w.shared, w.swiglu_limit, x + t * D, out.data(), pool);
+      run_expert_ref(w, w.shared, x + t * D, out.data(), pool);
       for (int64_t d = 0; d < D; ++d) y[t * D + d] += out[size_t(d)];
     }
 }

@@ -1,0 +1,277 @@
+#include "model/gpt_oss.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kernels/moe_routing.h"
+#include "model/cpu_backend.h"
+#include "model/forward_profile.h"
+#include "util/error.h"
+
+namespace nibble {
+
+GptOssModel::GptOssModel(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan, const LoadOptions& options)
+    : ck_(std::move(ck)),
+      plan_(std::move(plan)),
+      max_chunk_(options.max_chunk_tokens),
+      pool_(options.threads),
+      profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
+      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get())) {
+  if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
+  if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
+    fail("device ", plan_.device.name, ": nibble can only run gpt-oss on this machine's CPU (device host)");
+  cfg_ = parse_gpt_oss_config(ck_->config(), ck_->file_path("config.json"));
+  w_ = bind_gpt_oss_weights(*ck_, det, plan_, cfg_, options);
+  rope_ = RopeTable(cfg_.rope, cfg_.head_dim);
+  dense_bytes_ = plan_.bytes_per_token;
+  uint64_t routed_bytes = 0;
+  for (const GroupPlan& g : plan_.groups)
+    if (g.group == "routed_experts") {
+      dense_bytes_ -= g.bytes_per_token;
+      routed_bytes += g.bytes;
+    }
+  expert_bytes_ = routed_bytes / uint64_t(cfg_.n_layers * cfg_.n_experts);
+}
+
+GptOssModel::~GptOssModel() {
+  if (profile_) std::fputs(profile_->report().c_str(), stderr);
+}
+
+uint64_t GptOssState::memory_bytes() const {
+  uint64_t b = sizeof(*this);
+  for (const KvCache& c : layers_) b += c.bytes();
+  return b;
+}
+
+std::unique_ptr<ModelState> GptOssModel::new_state() const {
+  auto st = std::make_unique<GptOssState>();
+  st->owner_ = this;
+  st->layers_.resize(size_t(cfg_.n_layers));
+  return st;
+}
+
+GptOssState& GptOssModel::state_of(const ModelState& s, int64_t id) const {
+  auto* st = dynamic_cast<const GptOssState*>(&s);
+  if (!st || st->owner_ != this) fail("sequence ", id, ": its state belongs to another model");
+  return const_cast<GptOssState&>(*st);
+}
+
+std::unique_ptr<ModelState> GptOssModel::fork(const ModelState& state) const {
+  return std::make_unique<GptOssState>(state_of(state, -1));
+}
+
+void GptOssModel::truncate(ModelState& state, int64_t position) const {
+  GptOssState& st = state_of(state, -1);
+  if (position < 0 || position > st.position_)
+    fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
+         st.position_, ")");
+  const int64_t kvw = cfg_.n_kv_heads * cfg_.head_dim;
+  for (KvCache& c : st.layers_) {
+    c.k.resize(size_t(position * kvw));
+    c.v.resize(size_t(position * kvw));
+  }
+  st.position_ = position;
+}
+
+std::unique_ptr<ModelState> GptOssModel::new_draft_state() const {
+  fail("gpt-oss: ", draft_unavailable());
+}
+
+void GptOssModel::draft_step(std::span<const DraftStep>) const { fail("gpt-oss: ", draft_unavailable()); }
+
+void GptOssModel::step(std::span<const SeqStep> batch, StepStats* stats) const {
+  // Every check before anything runs, so a bad entry leaves all states as they were.
+  std::vector<Part> todo;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqStep& s = batch[i];
+    if (!s.state) fail("sequence ", s.id, ": no state");
+    GptOssState& st = state_of(*s.state, s.id);
+    for (size_t j = 0; j < i; ++j)
+      if (batch[j].state == s.state) fail("sequence ", s.id, " appears twice in one step");
+    const int64_t n = int64_t(s.tokens.size());
+    for (int64_t t = 0; t < n; ++t)
+      if (s.tokens[size_t(t)] < 0 || s.tokens[size_t(t)] >= cfg_.vocab_size)
+        fail("sequence ", s.id, ": token ", t, " (id ", s.tokens[size_t(t)], ") is outside the vocabulary of ",
+             cfg_.vocab_size);
+    if (n > cfg_.max_position - st.position_)
+      fail("sequence ", s.id, ": it would hold ", st.position_ + n, " tokens (", st.position_, " already, ", n,
+           " more) but the model's context is ", cfg_.max_position, " tokens (max_position_embeddings in ",
+           cfg_.path, ")");
+    if (s.rows != LogitRows::none && n == 0) fail("sequence ", s.id, ": logits wanted but no token is fed");
+    if (s.rows != LogitRows::none && !s.logits) fail("sequence ", s.id, ": logits wanted but no buffer given");
+    if (s.hidden && (s.hidden_first < 0 || s.hidden_first > n))
+      fail("sequence ", s.id, ": hidden_first ", s.hidden_first, " is outside its ", n, " tokens");
+    if (n > 0) todo.push_back(Part{&s, &st, 0, n});
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // Sub-steps of at most max_chunk_ tokens, the sequences in order.
+  std::vector<Part> parts;
+  size_t next = 0;
+  while (next < todo.size()) {
+    parts.clear();
+    int64_t used = 0;
+    for (size_t i = next; i < todo.size() && used < max_chunk_; ++i) {
+      Part& p = todo[i];
+      const int64_t take = std::min(max_chunk_ - used, int64_t(p.seq->tokens.size()) - p.from);
+      parts.push_back(Part{p.seq, p.st, p.from, take});
+      used += take;
+    }
+    forward_parts(parts, stats);
+    for (const Part& done : parts) {
+      Part& p = todo[next];
+      p.from += done.count;
+      if (p.from == int64_t(p.seq->tokens.size())) ++next;
+    }
+  }
+}
+
+int64_t GptOssModel::count_distinct(const GptOssLayerWeights& w, const float* x, int64_t n) const {
+  std::vector<float> logits(size_t(n * cfg_.n_experts));
+  w.router.run(x, n, logits.data(), &pool_);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t e = 0; e < cfg_.n_experts; ++e) logits[size_t(t * cfg_.n_experts + e)] += w.router_bias[size_t(e)];
+  MoeRouting r;
+  route_tokens(w.moe, logits.data(), nullptr, n, &r);
+  return int64_t(std::set<int32_t>(r.experts.begin(), r.experts.end()).size());
+}
+
+void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) const {
+  const int64_t D = cfg_.hidden, V = cfg_.vocab_size, H = cfg_.n_heads, KV = cfg_.n_kv_heads, d = cfg_.head_dim;
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  std::vector<int64_t> logit_rows;
+  std::vector<float*> logit_out;
+  for (const Part& p : parts) {
+    const int64_t first = int64_t(ids.size()), n_seq = int64_t(p.seq->tokens.size());
+    for (int64_t t = 0; t < p.count; ++t) {
+      ids.push_back(p.seq->tokens[size_t(p.from + t)]);
+      positions.push_back(p.st->position_ + t);
+      const bool all = p.seq->rows == LogitRows::all;
+      const bool last = p.seq->rows == LogitRows::last && p.from + t == n_seq - 1;
+      if (all || last) {
+        logit_rows.push_back(first + t);
+        logit_out.push_back(p.seq->logits + (all ? (p.from + t) * V : 0));
+      }
+    }
+  }
+  const int64_t n = int64_t(ids.size());
+  Backend& be = *backend_;
+  if (profile_) {
+    bool decode = true;
+    for (const Part& p : parts) decode = decode && p.count == 1;
+    profile_->begin_step(decode, n);
+  }
+  be.begin_step();
+
+  Tensor x = be.alloc(n, D);  // the residual stream [n, D]
+  {
+    PhaseTimer _(be.profile(), Phase::embed);
+    be.embed(w_.embed, ids, 1, x);
+  }
+  Tensor h = be.alloc(n, D), q = be.alloc(n, H * d), k = be.alloc(n, KV * d), v = be.alloc(n, KV * d);
+  Tensor o = be.alloc(n, H * d), y = be.alloc(n, D);
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    const GptOssLayerWeights& w = w_.layers[size_t(l)];
+    {
+      PhaseTimer _(be.profile(), Phase::norm);
+      be.rms_norm(x, w.attn_norm.data(), cfg_.rms_eps, h);
+    }
+    {
+      PhaseTimer _(be.profile(), Phase::attention);
+      {
+        PhaseTimer _l(be.profile(), Phase::attn_linear);
+        be.linear(w.q, h, q);
+        be.linear(w.k, h, k);
+        be.linear(w.v, h, v);
+        if (!w.q_bias.empty()) {
+          be.add_bias(q, w.q_bias.data());
+          be.add_bias(k, w.k_bias.data());
+          be.add_bias(v, w.v_bias.data());
+        }
+      }
+      be.rope_half_split(rope_, q, H, positions);
+      be.rope_half_split(rope_, k, KV, positions);
+      {
+        PhaseTimer _c(be.profile(), Phase::attn_core);
+        const GqaShape shape{H, KV, d, w.sliding ? cfg_.sliding_window : 0};
+        int64_t first = 0;
+        for (const Part& p : parts) {
+          const GqaSeq seq{&p.st->layers_[size_t(l)], first, p.count, p.st->position_};
+          be.gqa_attend(shape, w.sinks.data(), seq, q.slice(first, p.count), k.slice(first, p.count),
+                        v.slice(first, p.count), o.slice(first, p.count));
+          first += p.count;
+        }
+      }
+      {
+        PhaseTimer _l(be.profile(), Phase::attn_linear);
+        be.linear(w.o, o, y);
+        if (!w.o_bias.empty()) be.add_bias(y, w.o_bias.data());
+      }
+      be.add_to_streams(y, x);  // x += y
+    }
+    {
+      PhaseTimer _(be.profile(), Phase::norm);
+      be.rms_norm(x, w.ffn_norm.data(), cfg_.rms_eps, h);
+    }
+    if (stats) {
+      const int64_t distinct = count_distinct(w, h.data, n);
+      stats->distinct_experts += distinct;
+      stats->weight_bytes += uint64_t(distinct) * expert_bytes_;
+    }
+    {
+      PhaseTimer _(be.profile(), Phase::moe);
+      be.moe_layer(w.moe, w.moe_fn, h, y);
+    }
+    be.add_to_streams(y, x);
+  }
+  if (stats) {
+    stats->tokens += n;
+    stats->sub_steps += 1;
+    stats->weight_bytes += dense_bytes_;
+  }
+  {
+    // The residual stream before the final norm, for callers that want it.
+    int64_t first = 0;
+    std::vector<int64_t> rows;
+    for (const Part& p : parts) {
+      const SeqStep& s = *p.seq;
+      const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
+      if (s.hidden && j0 < j1) {
+        rows.clear();
+        for (int64_t j = j0; j < j1; ++j) rows.push_back(first + j - p.from);
+        be.gather_rows(x, rows, Tensor{s.hidden + (j0 - s.hidden_first) * D, j1 - j0, D});
+      }
+      first += p.count;
+    }
+  }
+  for (const Part& p : parts) p.st->position_ += p.count;
+  if (logit_rows.empty()) return;
+
+  const int64_t rows = int64_t(logit_rows.size());
+  Tensor picked = be.alloc(rows, D), logits = be.alloc(rows, V);
+  be.gather_rows(x, logit_rows, picked);
+  {
+    PhaseTimer _(be.profile(), Phase::norm);
+    be.rms_norm(picked, w_.norm.data(), cfg_.rms_eps, picked);
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::head);
+    be.linear(w_.head, picked, logits);
+  }
+  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);
+}
+
+std::unique_ptr<Model> load_gpt_oss(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,
+                                    const LoadOptions& options) {
+  // A checkpoint must state its dimensions: GptOssConfig's defaults (the
+  // 120b's) would only turn a missing field into a tensor-shape error.
+  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                          "num_local_experts", "intermediate_size"})
+    if (auto it = ck->config().find(key); it == ck->config().end() || it->is_null())
+      fail(ck->file_path("config.json"), ": field \"", key, "\" is missing; a checkpoint must state its dimensions");
+  return std::make_unique<GptOssModel>(std::move(ck), det, std::move(plan), options);
+}
+
+}  // namespace nibble
