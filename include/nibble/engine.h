@@ -29,6 +29,9 @@ struct EngineOptions {
   bool profile = false;                  // time every phase; the table goes to stderr when the Engine is destroyed
   bool check_weights = true;             // refuse weights with NaN scale codes at load (false: --no-check-weights)
   bool load_tokenizer = true;            // false: callers that tokenize themselves skip tokenizer.json
+  // Sampling returns only ids below this: the caller's tokenizer range when
+  // it loads its own (0: the Engine's tokenizer's range, or every id without one).
+  int64_t sample_vocab = 0;
   // Called while weights bind and are checked: bytes done and in all (a
   // progress bar for large models). May be empty.
   std::function<void(uint64_t done, uint64_t total)> on_progress;

@@ -75,6 +75,15 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   };
   const int64_t ctx_flag = args.integer("--ctx-size", 0, 1, int64_t(1) << 40);
   const auto t0 = std::chrono::steady_clock::now();
+  // The tokenizer first: a text command without one fails before the
+  // weights load, and sampling stays within the ids it has text for.
+  if (with_tokenizer) {
+    const std::string tok_path = tm.dir + "/tokenizer.json";
+    if (!fs::exists(tok_path))
+      fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble run --tokens IDS` and `nibble logits` do not)");
+    tm.tokenizer = Tokenizer::from_file(tok_path);
+    opt.sample_vocab = int64_t(tm.tokenizer.vocab_size());
+  }
   tm.engine = Engine::load(tm.dir, opt);
   bar.finish();
   tm.context = tm.engine->max_context();
@@ -84,18 +93,10 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
                    (long long)ctx_flag, (long long)tm.context);
     tm.context = std::min(tm.context, ctx_flag);
   }
-  if (!with_tokenizer) {
-    tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return tm;
-  }
-  const std::string tok_path = tm.dir + "/tokenizer.json";
-  if (!fs::exists(tok_path))
-    fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble run --tokens IDS` and `nibble logits` do not)");
-  tm.tokenizer = Tokenizer::from_file(tok_path);
   tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (int64_t(tm.tokenizer.vocab_size()) > tm.engine->vocab_size())
-    fail(tok_path, ": the tokenizer has ", tm.tokenizer.vocab_size(), " ids but the model's vocab_size is ",
-         tm.engine->vocab_size());
+  if (with_tokenizer && int64_t(tm.tokenizer.vocab_size()) > tm.engine->vocab_size())
+    fail(tm.dir + "/tokenizer.json", ": the tokenizer has ", tm.tokenizer.vocab_size(),
+         " ids but the model's vocab_size is ", tm.engine->vocab_size());
   return tm;
 }
 

@@ -70,7 +70,11 @@ struct Engine::Impl {
   GenerationDefaults defaults;
   // The ids sampling may return: the tokenizer's id range when there is one
   // (SamplerConfig::vocab_limit), else every row of the head (0).
-  int64_t sample_vocab() const { return tokenizer ? int64_t(tokenizer->vocab_size()) : 0; }
+  int64_t sample_vocab() const {
+    if (sample_vocab_option > 0) return sample_vocab_option;
+    return tokenizer ? int64_t(tokenizer->vocab_size()) : 0;
+  }
+  int64_t sample_vocab_option = 0;  // EngineOptions::sample_vocab
   mutable std::mutex mu;
   std::map<SeqId, std::unique_ptr<Sequence>> seqs;
   SeqId next_id = 0;
@@ -129,6 +133,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   const std::string gc_path = ck->file_path("generation_config.json");
   impl->model = load_model(std::move(ck), lo);
   impl->rollback_tokens = options.rollback_tokens;
+  impl->sample_vocab_option = options.sample_vocab;
   impl->defaults = read_generation_config(gc.get(), gc_path, impl->model->vocab_size());
   const std::string tok = model_dir + "/tokenizer.json";
   if (options.load_tokenizer && std::filesystem::exists(tok)) {

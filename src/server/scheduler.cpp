@@ -206,6 +206,11 @@ void Scheduler::start(Job& job) {
     const size_t l = size_t(std::mismatch(it->tokens.begin(), it->tokens.begin() + std::ptrdiff_t(limit),
                                           prompt.begin()).first - it->tokens.begin());
     if (l == 0 || it->tokens.size() - l > reach || l <= best_len) continue;
+    // A truncated fork starts its draft track cold (Engine::truncate), and a
+    // sampled reply under speculation depends on the drafts it was offered:
+    // the same seeded request would then give another reply than it did on
+    // a fresh state. Greedy replies do not depend on the drafts.
+    if (draft_tokens_ > 0 && job.params.sampling.temperature != 0 && l < it->tokens.size()) continue;
     best = it;
     best_len = l;
   }
