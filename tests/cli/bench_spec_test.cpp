@@ -119,5 +119,23 @@ TEST(RunSpec, SameTextAndSummary) {
   EXPECT_NE(range.err.find("--spec-draft-tokens"), std::string::npos) << range.err;
 }
 
+// `nibble chat --spec-draft-tokens K` on the shipped model (its trained MTP
+// layer): two turns, greedy, the same replies as without speculation, and
+// the acceptance summary on stderr.
+TEST(ChatSpec, SameRepliesAcrossTurns) {
+  const std::string shipped = std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny";
+  const std::string input = "Who is there?\nSpeak again.\n";
+  const std::vector<std::string> base = {"chat", shipped, "--quiet", "-n", "40", "--temp", "0", "-t", "2"};
+  RunResult plain = run_nibble(base, input);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_FALSE(plain.out.empty());
+  // Without --quiet, so that the speed line with the acceptance comes.
+  std::vector<std::string> with = {"chat", shipped, "-n", "40", "--temp", "0", "-t", "2", "--spec-draft-tokens", "2"};
+  RunResult spec = run_nibble(with, input);
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(spec.out, plain.out);
+  EXPECT_NE(spec.err.find("mean accepted length"), std::string::npos) << spec.err;
+}
+
 }  // namespace
 }  // namespace nibble::testing
