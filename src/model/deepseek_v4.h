@@ -23,6 +23,7 @@
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/model.h"
+#include "model/step_parts.h"
 #include "util/thread_pool.h"
 
 namespace nibble {
@@ -88,11 +89,7 @@ class DeepseekV4Model : public Model {
 
  private:
   // One sequence's part of a sub-step: tokens [from, from + count) of batch entry `seq`.
-  struct Part {
-    const SeqStep* seq;
-    DeepseekV4State* st;
-    int64_t from, count;
-  };
+  using Part = StepPart<DeepseekV4State>;
   DeepseekV4State& state_of(const ModelState& s, int64_t id) const;
   // One draft sequence's part of a draft sub-step (deepseek_v4_mtp.cpp).
   struct DraftPart {

@@ -8,6 +8,7 @@
 #include "kernels/moe_routing.h"
 #include "model/cpu_backend.h"
 #include "model/forward_profile.h"
+#include "model/step_parts.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -82,49 +83,11 @@ std::unique_ptr<ModelState> GptOssModel::new_draft_state() const {
 void GptOssModel::draft_step(std::span<const DraftStep>) const { fail("gpt-oss: ", draft_unavailable()); }
 
 void GptOssModel::step(std::span<const SeqStep> batch, StepStats* stats) const {
-  // Every check before anything runs, so a bad entry leaves all states as they were.
-  std::vector<Part> todo;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SeqStep& s = batch[i];
-    if (!s.state) fail("sequence ", s.id, ": no state");
-    GptOssState& st = state_of(*s.state, s.id);
-    for (size_t j = 0; j < i; ++j)
-      if (batch[j].state == s.state) fail("sequence ", s.id, " appears twice in one step");
-    const int64_t n = int64_t(s.tokens.size());
-    for (int64_t t = 0; t < n; ++t)
-      if (s.tokens[size_t(t)] < 0 || s.tokens[size_t(t)] >= cfg_.vocab_size)
-        fail("sequence ", s.id, ": token ", t, " (id ", s.tokens[size_t(t)], ") is outside the vocabulary of ",
-             cfg_.vocab_size);
-    if (n > cfg_.max_position - st.position_)
-      fail("sequence ", s.id, ": it would hold ", st.position_ + n, " tokens (", st.position_, " already, ", n,
-           " more) but the model's context is ", cfg_.max_position, " tokens (max_position_embeddings in ",
-           cfg_.path, ")");
-    if (s.rows != LogitRows::none && n == 0) fail("sequence ", s.id, ": logits wanted but no token is fed");
-    if (s.rows != LogitRows::none && !s.logits) fail("sequence ", s.id, ": logits wanted but no buffer given");
-    if (s.hidden && (s.hidden_first < 0 || s.hidden_first > n))
-      fail("sequence ", s.id, ": hidden_first ", s.hidden_first, " is outside its ", n, " tokens");
-    if (n > 0) todo.push_back(Part{&s, &st, 0, n});
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  // Sub-steps of at most max_chunk_ tokens, the sequences in order.
-  std::vector<Part> parts;
-  size_t next = 0;
-  while (next < todo.size()) {
-    parts.clear();
-    int64_t used = 0;
-    for (size_t i = next; i < todo.size() && used < max_chunk_; ++i) {
-      Part& p = todo[i];
-      const int64_t take = std::min(max_chunk_ - used, int64_t(p.seq->tokens.size()) - p.from);
-      parts.push_back(Part{p.seq, p.st, p.from, take});
-      used += take;
-    }
-    forward_parts(parts, stats);
-    for (const Part& done : parts) {
-      Part& p = todo[next];
-      p.from += done.count;
-      if (p.from == int64_t(p.seq->tokens.size())) ++next;
-    }
-  }
+  run_step_parts<GptOssState>(
+      batch, cfg_.vocab_size, cfg_.max_position, cfg_.path, max_chunk_,
+      [&](const SeqStep& s) -> GptOssState& { return state_of(*s.state, s.id); },
+      [&](std::span<const Part> parts) { forward_parts(parts, stats); });
 }
 
 int64_t GptOssModel::count_distinct(const GptOssLayerWeights& w, const float* x, int64_t n) const {

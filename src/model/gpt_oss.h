@@ -31,6 +31,7 @@
 #include "model/gpt_oss_config.h"
 #include "model/gpt_oss_weights.h"
 #include "model/model.h"
+#include "model/step_parts.h"
 #include "util/thread_pool.h"
 
 namespace nibble {
@@ -80,11 +81,7 @@ class GptOssModel : public Model {
   void draft_step(std::span<const DraftStep> batch) const override;
 
  private:
-  struct Part {
-    const SeqStep* seq;
-    GptOssState* st;
-    int64_t from, count;
-  };
+  using Part = StepPart<GptOssState>;
   GptOssState& state_of(const ModelState& s, int64_t id) const;
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
   // The MoE sublayer's distinct experts for `x` (benchmarks only: routes again).

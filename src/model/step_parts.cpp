@@ -1,0 +1,27 @@
+#include "model/step_parts.h"
+
+#include "util/error.h"
+
+namespace nibble {
+
+void check_step_entry(std::span<const SeqStep> batch, size_t i, int64_t position, int64_t vocab_size,
+                      int64_t max_position, const std::string& config_path) {
+  const SeqStep& s = batch[i];
+  for (size_t j = 0; j < i; ++j)
+    if (batch[j].state == s.state) fail("sequence ", s.id, " appears twice in one step");
+  const int64_t n = int64_t(s.tokens.size());
+  for (int64_t t = 0; t < n; ++t)
+    if (s.tokens[size_t(t)] < 0 || s.tokens[size_t(t)] >= vocab_size)
+      fail("sequence ", s.id, ": token ", t, " (id ", s.tokens[size_t(t)], ") is outside the vocabulary of ",
+           vocab_size);
+  if (n > max_position - position)
+    fail("sequence ", s.id, ": it would hold ", position + n, " tokens (", position, " already, ", n,
+         " more) but the model's context is ", max_position, " tokens (max_position_embeddings in ", config_path,
+         ")");
+  if (s.rows != LogitRows::none && n == 0) fail("sequence ", s.id, ": logits wanted but no token is fed");
+  if (s.rows != LogitRows::none && !s.logits) fail("sequence ", s.id, ": logits wanted but no buffer given");
+  if (s.hidden && (s.hidden_first < 0 || s.hidden_first > n))
+    fail("sequence ", s.id, ": hidden_first ", s.hidden_first, " is outside its ", n, " tokens");
+}
+
+}  // namespace nibble

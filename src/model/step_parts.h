@@ -1,0 +1,72 @@
+// What every model's Model::step shares: the batch checked as a whole before
+// anything runs (so a bad entry leaves every state as it was), then cut into
+// sub-steps of at most the model's token budget, the sequences in order,
+// each sub-step run by the model's own forward.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "util/error.h"
+
+namespace nibble {
+
+// One sequence's part of a sub-step: tokens [from, from + count) of batch
+// entry `seq`, whose state is `st`.
+template <class State>
+struct StepPart {
+  const SeqStep* seq;
+  State* st;
+  int64_t from, count;
+};
+
+// The model-independent checks of entry `i` of `batch`, whose state is at
+// `position`: a state, not twice in the step, token ids in the vocabulary,
+// room in the context, logits and hidden rows asked for consistently.
+// Throws nibble::Error naming the sequence. `config_path` names where the
+// context length came from.
+void check_step_entry(std::span<const SeqStep> batch, size_t i, int64_t position, int64_t vocab_size,
+                      int64_t max_position, const std::string& config_path);
+
+// Checks every entry (state_of(entry) -> State&, which throws for a state of
+// another model), then runs forward(parts) over sub-steps of at most
+// `max_chunk` tokens: each sequence takes what is left of the budget, the
+// rest waits for the next sub-step.
+template <class State, class StateOf, class Forward>
+void run_step_parts(std::span<const SeqStep> batch, int64_t vocab_size, int64_t max_position,
+                    const std::string& config_path, int64_t max_chunk, StateOf state_of, Forward forward) {
+  std::vector<StepPart<State>> todo;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SeqStep& s = batch[i];
+    if (!s.state) fail("sequence ", s.id, ": no state");
+    State& st = state_of(s);
+    check_step_entry(batch, i, st.position(), vocab_size, max_position, config_path);
+    const int64_t n = int64_t(s.tokens.size());
+    if (n > 0) todo.push_back(StepPart<State>{&s, &st, 0, n});
+  }
+  std::vector<StepPart<State>> parts;
+  size_t next = 0;
+  while (next < todo.size()) {
+    parts.clear();
+    int64_t used = 0;
+    for (size_t i = next; i < todo.size() && used < max_chunk; ++i) {
+      const StepPart<State>& p = todo[i];
+      const int64_t take = std::min(max_chunk - used, int64_t(p.seq->tokens.size()) - p.from);
+      parts.push_back(StepPart<State>{p.seq, p.st, p.from, take});
+      used += take;
+    }
+    forward(std::span<const StepPart<State>>(parts));
+    // parts are todo[next], todo[next + 1], ... in order; only the last can be partial.
+    for (const StepPart<State>& done : parts) {
+      StepPart<State>& p = todo[next];
+      p.from += done.count;
+      if (p.from == int64_t(p.seq->tokens.size())) ++next;
+    }
+  }
+}
+
+}  // namespace nibble
