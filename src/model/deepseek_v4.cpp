@@ -119,32 +119,16 @@ void DeepseekV4Model::step(std::span<const SeqStep> batch, StepStats* stats) con
 
 void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
   const int64_t N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
-  // The step's tokens, sequence after sequence: ids, positions [T].
-  std::vector<int32_t> ids;
-  std::vector<int64_t> positions;
-  // Rows whose logits are wanted, and where each goes.
-  std::vector<int64_t> logit_rows;
-  std::vector<float*> logit_out;
-  for (const Part& p : parts) {
-    const int64_t first = int64_t(ids.size()), n_seq = int64_t(p.seq->tokens.size());
-    for (int64_t t = 0; t < p.count; ++t) {
-      ids.push_back(p.seq->tokens[size_t(p.from + t)]);
-      positions.push_back(p.st->position_ + t);
-      const bool all = p.seq->rows == LogitRows::all;
-      const bool last = p.seq->rows == LogitRows::last && p.from + t == n_seq - 1;
-      if (all || last) {
-        logit_rows.push_back(first + t);
-        logit_out.push_back(p.seq->logits + (all ? (p.from + t) * V : 0));
-      }
-    }
-  }
+  // The step's tokens, sequence after sequence: ids, positions [T], the
+  // rows whose logits are wanted and where each goes.
+  StepTokens lay = lay_out_step(parts, V);
+  std::vector<int32_t>& ids = lay.ids;
+  std::vector<int64_t>& positions = lay.positions;
+  std::vector<int64_t>& logit_rows = lay.logit_rows;
+  std::vector<float*>& logit_out = lay.logit_out;
   const int64_t n = int64_t(ids.size());
   Backend& be = *backend_;
-  if (profile_) {
-    bool decode = true;
-    for (const Part& p : parts) decode = decode && p.count == 1;
-    profile_->begin_step(decode, n);
-  }
+  if (profile_) profile_->begin_step(lay.decode, n);
   be.begin_step();
 
   // Embedding, copied into each of the N residual streams: [n, N*D].

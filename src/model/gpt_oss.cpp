@@ -102,30 +102,14 @@ int64_t GptOssModel::count_distinct(const GptOssLayerWeights& w, const float* x,
 
 void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) const {
   const int64_t D = cfg_.hidden, V = cfg_.vocab_size, H = cfg_.n_heads, KV = cfg_.n_kv_heads, d = cfg_.head_dim;
-  std::vector<int32_t> ids;
-  std::vector<int64_t> positions;
-  std::vector<int64_t> logit_rows;
-  std::vector<float*> logit_out;
-  for (const Part& p : parts) {
-    const int64_t first = int64_t(ids.size()), n_seq = int64_t(p.seq->tokens.size());
-    for (int64_t t = 0; t < p.count; ++t) {
-      ids.push_back(p.seq->tokens[size_t(p.from + t)]);
-      positions.push_back(p.st->position_ + t);
-      const bool all = p.seq->rows == LogitRows::all;
-      const bool last = p.seq->rows == LogitRows::last && p.from + t == n_seq - 1;
-      if (all || last) {
-        logit_rows.push_back(first + t);
-        logit_out.push_back(p.seq->logits + (all ? (p.from + t) * V : 0));
-      }
-    }
-  }
+  StepTokens lay = lay_out_step(parts, V);
+  std::vector<int32_t>& ids = lay.ids;
+  std::vector<int64_t>& positions = lay.positions;
+  std::vector<int64_t>& logit_rows = lay.logit_rows;
+  std::vector<float*>& logit_out = lay.logit_out;
   const int64_t n = int64_t(ids.size());
   Backend& be = *backend_;
-  if (profile_) {
-    bool decode = true;
-    for (const Part& p : parts) decode = decode && p.count == 1;
-    profile_->begin_step(decode, n);
-  }
+  if (profile_) profile_->begin_step(lay.decode, n);
   be.begin_step();
 
   Tensor x = be.alloc(n, D);  // the residual stream [n, D]

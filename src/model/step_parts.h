@@ -24,6 +24,37 @@ struct StepPart {
   int64_t from, count;
 };
 
+// A sub-step's tokens laid out sequence after sequence, as both forwards
+// take them: ids and positions [T], the rows whose logits are wanted and
+// where each row's logits go (the caller's buffer, [V] per row).
+struct StepTokens {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  std::vector<int64_t> logit_rows;
+  std::vector<float*> logit_out;
+  bool decode = true;  // every sequence feeds one token (the profile's decode steps)
+};
+
+template <class State>
+StepTokens lay_out_step(std::span<const StepPart<State>> parts, int64_t vocab_size) {
+  StepTokens out;
+  for (const StepPart<State>& p : parts) {
+    const int64_t first = int64_t(out.ids.size()), n_seq = int64_t(p.seq->tokens.size());
+    out.decode = out.decode && p.count == 1;
+    for (int64_t t = 0; t < p.count; ++t) {
+      out.ids.push_back(p.seq->tokens[size_t(p.from + t)]);
+      out.positions.push_back(p.st->position() + t);
+      const bool all = p.seq->rows == LogitRows::all;
+      const bool last = p.seq->rows == LogitRows::last && p.from + t == n_seq - 1;
+      if (all || last) {
+        out.logit_rows.push_back(first + t);
+        out.logit_out.push_back(p.seq->logits + (all ? (p.from + t) * vocab_size : 0));
+      }
+    }
+  }
+  return out;
+}
+
 // The model-independent checks of entry `i` of `batch`, whose state is at
 // `position`: a state, not twice in the step, token ids in the vocabulary,
 // room in the context, logits and hidden rows asked for consistently.

@@ -457,6 +457,23 @@ void Scheduler::loop() {
       std::erase_if(running, [](const auto& j) { return j->ended_; });
       continue;
     }
+    // Verify steps first: their counts join the metrics before any token of
+    // this step is handed out, so a client that reads /metrics right after
+    // its reply sees its drafts and their acceptance together.
+    std::vector<std::vector<int32_t>> verified(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!batch[i].all_logits || logits[i].empty()) continue;
+      Job& job = *owners[i];
+      try {
+        verified[i] = engine_.accept_drafts(job.seq_, logits[i].data(), job.params.sampling, &spec);
+      } catch (const std::exception& e) {
+        finish(job, "error", e.what());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.spec.add(spec);
+    }
     int64_t sampled = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       Job& job = *owners[i];
@@ -483,7 +500,7 @@ void Scheduler::loop() {
         if (batch[i].all_logits) {
           // A verify step: the accepted drafts and the model's own token,
           // each with the logits row it was drawn from.
-          const auto emitted = engine_.accept_drafts(job.seq_, logits[i].data(), job.params.sampling, &spec);
+          const std::vector<int32_t>& emitted = verified[i];
           const int64_t V = engine_.vocab_size();
           for (size_t j = 0; j < emitted.size() && !job.ended_; ++j) {
             ++sampled;
@@ -500,7 +517,6 @@ void Scheduler::loop() {
     }
     std::erase_if(running, [](const auto& j) { return j->ended_; });
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.spec.add(spec);
     ++stats_.steps;
     stats_.prompt_tokens += prompt_fed;
     stats_.generated_tokens += sampled;
