@@ -471,6 +471,12 @@ Detection detect_formats(const Checkpoint& ck) {
   det.unsupported = meta.unsupported;
 
   std::set<std::string> consumed;
+  // A tensor found by passes 1-1c: its parts are taken, pass 2 skips them.
+  auto keep = [&](DetectedTensor d) {
+    d.bytes = parts_bytes(d);
+    for (const auto* p : d.parts) consumed.insert(p->name);
+    det.tensors.push_back(std::move(d));
+  };
   // Pass 1: weights and their scale siblings.
   for (const TensorInfo* t : ck.tensors()) {
     if (!ends_with(t->name, ".weight")) continue;
@@ -500,9 +506,7 @@ Detection detect_formats(const Checkpoint& ck) {
     }
     if (d.is_matrix) d.params = uint64_t(d.rows) * uint64_t(d.cols);
     else d.params = uint64_t(t->numel());
-    d.bytes = parts_bytes(d);
-    for (const auto* p : d.parts) consumed.insert(p->name);
-    det.tensors.push_back(std::move(d));
+    keep(std::move(d));
   }
   // Pass 1b: compressed-tensors pack-quantized INT4 weights.
   for (const TensorInfo* t : ck.tensors()) {
@@ -530,9 +534,7 @@ Detection detect_formats(const Checkpoint& ck) {
       d.provenance = "tensors: " + evidence;
     }
     d.params = uint64_t(d.rows) * uint64_t(d.cols);
-    d.bytes = parts_bytes(d);
-    for (const auto* p : d.parts) consumed.insert(p->name);
-    det.tensors.push_back(std::move(d));
+    keep(std::move(d));
   }
   // Pass 1c: gpt-oss MXFP4 *_blocks + *_scales.
   for (const TensorInfo* t : ck.tensors()) {
@@ -552,9 +554,7 @@ Detection detect_formats(const Checkpoint& ck) {
       d.provenance = "tensors: " + evidence;
     }
     d.params = uint64_t(d.rows) * uint64_t(d.cols);
-    d.bytes = parts_bytes(d);
-    for (const auto* p : d.parts) consumed.insert(p->name);
-    det.tensors.push_back(std::move(d));
+    keep(std::move(d));
   }
   // Pass 2: everything else stands alone.
   for (const TensorInfo* t : ck.tensors()) {
