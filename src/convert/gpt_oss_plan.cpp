@@ -168,7 +168,12 @@ PlannedExperts plan_gpt_oss_experts(const Checkpoint& ck, const Detection& det, 
       // Per expert: experts 0 .. E-1, each with both projections.
       int64_t count = n_experts;
       for (const auto& set : l.per_expert)
-        if (!set.empty()) count = std::max(count, set.rbegin()->first + 1);
+        if (!set.empty()) {
+          if (n_experts > 0 && set.rbegin()->first >= n_experts)
+            fail(ck.path(), ": tensor ", set.rbegin()->second->parts[0]->name, " is expert ", set.rbegin()->first,
+                 " but ", cfg_path, " num_local_experts is ", n_experts);
+          count = std::max(count, set.rbegin()->first + 1);
+        }
       for (int64_t e = 0; e < count; ++e)
         if (!l.per_expert[p].count(e))
           fail(ck.path(), ": tensor ", l.module, ".", e, ".", kProj[p], ".weight is missing (layer ", index, " has ",

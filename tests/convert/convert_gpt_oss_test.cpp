@@ -387,6 +387,31 @@ TEST(ConvertGptOssErrors, MissingPerExpertTensorIsNamedByConvertAndTheLoader) {
   EXPECT_NE(l.err.find("model.layers.2.mlp.experts.4.down_proj.weight is missing"), std::string::npos) << l.err;
 }
 
+TEST(ConvertGptOssErrors, ExpertBeyondNumLocalExperts) {
+  TempDir dir;
+  ASSERT_EQ(convert(gptoss("tiny_a"), dir.str("nv"), "nvfp4").exit_code, 0);
+  const int64_t E = read_cfg(gptoss("tiny_a")).experts;
+  // Expert E-1's down_proj renamed to expert E: E-1 is missing and E is one too many.
+  rewrite_model(dir.str("nv"), dir.str("bad"), [&](std::map<std::string, Tensor>& t) {
+    for (const char* s : {".weight", ".weight_scale", ".weight_scale_2", ".input_scale"}) {
+      const std::string from = "model.layers.1.mlp.experts." + std::to_string(E - 1) + ".down_proj" + s;
+      const std::string to = "model.layers.1.mlp.experts." + std::to_string(E) + ".down_proj" + s;
+      Tensor x = t.at(from);
+      x.spec.name = to;
+      t.erase(from);
+      t[to] = x;
+    }
+  });
+  RunResult r = convert(dir.str("bad"), dir.str("out"), "mxfp4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model.layers.1.mlp.experts." + std::to_string(E) + ".down_proj.weight is expert " +
+                       std::to_string(E)),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("num_local_experts is " + std::to_string(E)), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.str("out")));
+}
+
 TEST(ConvertGptOssErrors, BothLayoutsInOneLayer) {
   TempDir dir;
   ASSERT_EQ(convert(gptoss("tiny_a"), dir.str("nv"), "nvfp4").exit_code, 0);
