@@ -40,8 +40,6 @@ GptOssLayerWeights bind_layer(const WeightBinder& b, const GptOssConfig& c, int6
   w.router = b.linear(m + "router", E, D, "num_local_experts x hidden_size");
   w.router_bias = b.vec(m + "router.bias", {E}, "num_local_experts");
   const std::string x = m + "experts.";
-  const DetectedTensor& gu = b.matrix(x + "gate_up_proj", E * 2 * I, D, "num_local_experts x 2*intermediate_size x hidden_size");
-  const DetectedTensor& dn = b.matrix(x + "down_proj", E * D, I, "num_local_experts x hidden_size x intermediate_size");
   w.gate_up_bias = b.vec(x + "gate_up_proj_bias", {E, 2 * I}, "num_local_experts x 2*intermediate_size");
   w.down_bias = b.vec(x + "down_proj_bias", {E, D}, "num_local_experts x hidden_size");
 
@@ -57,19 +55,52 @@ GptOssLayerWeights bind_layer(const WeightBinder& b, const GptOssConfig& c, int6
   moe.routed_scaling = 1.0f;
   moe.swiglu_limit = float(c.swiglu_limit);
   moe.swiglu_alpha = float(c.swiglu_alpha);
-  const WeightView guv = weight_view(gu), dnv = weight_view(dn);
-  for (int64_t e = 0; e < E; ++e) {
-    ExpertWeights ew;
-    // Expert e's rows of the stacked matrices: zero-copy views.
-    ew.w13 = *row_slice(guv, e * 2 * I, 2 * I);
-    ew.w2 = *row_slice(dnv, e * D, D);
-    ew.w13.name = gu.name + "[" + std::to_string(e) + "]";
-    ew.w2.name = dn.name + "[" + std::to_string(e) + "]";
-    ew.b13 = w.gate_up_bias.data() + e * 2 * I;
-    ew.b2 = w.down_bias.data() + e * D;
-    moe.experts.push_back(ew);
+  // As published: two stacked MXFP4 matrices, expert e's rows bound as
+  // zero-copy views. As `nibble convert --to nvfp4` writes them (ModelOpt's
+  // per-expert form): x.E.gate_up_proj / x.E.down_proj, each its own matrix.
+  // A layer holds one layout, every expert in one format.
+  const bool stacked = b.find(x + "gate_up_proj") || b.find(x + "down_proj");
+  if (stacked)
+    for (int64_t e = 0; e < E; ++e)
+      for (const char* proj : {"gate_up_proj", "down_proj"})
+        if (const DetectedTensor* t = b.find(x + std::to_string(e) + "." + proj))
+          fail(b.path(), ": layer ", l, " holds both stacked experts (", x, "gate_up_proj_blocks) and per-expert ones (",
+               t->parts[0]->name, "); a layer's experts must be in one layout");
+  const DetectedTensor* first = nullptr;
+  if (stacked) {
+    const DetectedTensor& gu = b.matrix(x + "gate_up_proj", E * 2 * I, D, "num_local_experts x 2*intermediate_size x hidden_size");
+    const DetectedTensor& dn = b.matrix(x + "down_proj", E * D, I, "num_local_experts x hidden_size x intermediate_size");
+    first = &gu;
+    const WeightView guv = weight_view(gu), dnv = weight_view(dn);
+    for (int64_t e = 0; e < E; ++e) {
+      ExpertWeights ew;
+      ew.w13 = *row_slice(guv, e * 2 * I, 2 * I);
+      ew.w2 = *row_slice(dnv, e * D, D);
+      ew.w13.name = gu.name + "[" + std::to_string(e) + "]";
+      ew.w2.name = dn.name + "[" + std::to_string(e) + "]";
+      moe.experts.push_back(ew);
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string xe = x + std::to_string(e) + ".";
+      const DetectedTensor& gu = b.matrix(xe + "gate_up_proj", 2 * I, D, "per expert: 2*intermediate_size x hidden_size");
+      const DetectedTensor& dn = b.matrix(xe + "down_proj", D, I, "per expert: hidden_size x intermediate_size");
+      if (!first) first = &gu;
+      for (const DetectedTensor* t : {&gu, &dn})
+        if (t->format != first->format)
+          fail(b.path(), ": tensor ", t->parts[0]->name, " is ", format_name(t->format), " but ", first->parts[0]->name,
+               " is ", format_name(first->format), "; a layer's experts must share one format");
+      ExpertWeights ew;
+      ew.w13 = weight_view(gu);
+      ew.w2 = weight_view(dn);
+      moe.experts.push_back(ew);
+    }
   }
-  w.moe_fn = b.moe_kernel(gu);
+  for (int64_t e = 0; e < E; ++e) {
+    moe.experts[size_t(e)].b13 = w.gate_up_bias.data() + e * 2 * I;
+    moe.experts[size_t(e)].b2 = w.down_bias.data() + e * D;
+  }
+  w.moe_fn = b.moe_kernel(*first);
   check_moe_weights(moe);
   return w;
 }
