@@ -1,5 +1,6 @@
 #include "tokenizer/chat_format.h"
 
+#include "tokenizer/chat_dsv3.h"
 #include "tokenizer/chat_dsv4.h"
 #include "tokenizer/chat_harmony.h"
 #include "tokenizer/chat_kimi.h"
@@ -80,6 +81,23 @@ class KimiFormat : public ChatFormat {
   std::vector<int32_t> stops_;
 };
 
+class Dsv3Format : public ChatFormat {
+ public:
+  explicit Dsv3Format(TokenizeFn tokenize) : tokenize_(std::move(tokenize)) {}
+  ChatFormatKind kind() const override { return ChatFormatKind::DeepSeekV3; }
+  std::vector<int32_t> encode(std::span<const ChatMessage> messages, const ChatOptions&) const override {
+    return tokenize_(encode_dsv3_chat(messages), /*allow_special=*/true);  // the text carries BOS
+  }
+  ParsedCompletion parse(std::string_view reply, const ChatOptions&) const override {
+    return parse_dsv3_completion(reply, /*require_end=*/false);
+  }
+  bool reasons(const ChatOptions&) const override { return false; }
+  std::vector<int32_t> stop_tokens() const override { return {}; }  // EOS is the model's own
+
+ private:
+  TokenizeFn tokenize_;
+};
+
 bool single_tokens(const TokenizeFn& tokenize, std::initializer_list<const char*> texts) {
   if (!tokenize) return false;
   for (const char* t : texts)
@@ -93,6 +111,7 @@ const char* chat_format_name(ChatFormatKind kind) {
   switch (kind) {
     case ChatFormatKind::Harmony: return "harmony";
     case ChatFormatKind::Kimi: return "kimi-k2";
+    case ChatFormatKind::DeepSeekV3: return "deepseek-v3";
     case ChatFormatKind::DeepSeekV4: break;
   }
   return "deepseek-v4";
@@ -105,12 +124,14 @@ ChatFormatKind detect_chat_format(const std::string& architecture, const Tokeniz
   // K2's): the markers are single special tokens only in their tokenizers.
   if (single_tokens(tokenize, {"<|channel|>", "<|message|>"})) return ChatFormatKind::Harmony;
   if (single_tokens(tokenize, {"<|im_assistant|>", "<|im_middle|>"})) return ChatFormatKind::Kimi;
+  if (architecture == "DeepseekV3ForCausalLM") return ChatFormatKind::DeepSeekV3;
   return ChatFormatKind::DeepSeekV4;
 }
 
 std::unique_ptr<ChatFormat> make_chat_format(ChatFormatKind kind, TokenizeFn tokenize) {
   if (kind == ChatFormatKind::Harmony) return std::make_unique<HarmonyFormat>(std::move(tokenize));
   if (kind == ChatFormatKind::Kimi) return std::make_unique<KimiFormat>(std::move(tokenize));
+  if (kind == ChatFormatKind::DeepSeekV3) return std::make_unique<Dsv3Format>(std::move(tokenize));
   return std::make_unique<Dsv4Format>(std::move(tokenize));
 }
 

@@ -4,10 +4,12 @@
 //   DeepSeek-V4  - chat_dsv4.h: a prompt text (BOS, <｜User｜>, <think>)
 //   harmony      - chat_harmony.h: gpt-oss's <|start|>role<|channel|>..
 //   Kimi K2      - chat_kimi.h: <|im_user|>user<|im_middle|>..<|im_end|>
+//   DeepSeek-V3  - chat_dsv3.h: BOS, <｜User｜>, <｜Assistant｜>, V3's tool markers
 // The choice (chat_format_for): config.json's architecture when it names
 // one format (GptOssForCausalLM is harmony), else the tokenizer's special
 // tokens (harmony's <|channel|> and <|message|>, Kimi's <|im_assistant|> and
-// <|im_middle|>: Kimi K2 names DeepseekV3ForCausalLM), else DeepSeek-V4.
+// <|im_middle|>: Kimi K2 names DeepseekV3ForCausalLM too), else DeepSeek-V3
+// for DeepseekV3ForCausalLM and DeepSeek-V4 for the rest.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +23,9 @@
 
 namespace nibble {
 
-enum class ChatFormatKind { DeepSeekV4, Harmony, Kimi };
+enum class ChatFormatKind { DeepSeekV4, Harmony, Kimi, DeepSeekV3 };
 
-// "deepseek-v4" | "harmony" | "kimi-k2".
+// "deepseek-v4" | "harmony" | "kimi-k2" | "deepseek-v3".
 const char* chat_format_name(ChatFormatKind kind);
 
 struct ChatOptions {
