@@ -14,7 +14,6 @@
 #include "cli/usage_error.h"
 #include "convert/progress.h"
 #include "runtime/stop_strings.h"
-#include "tokenizer/model_tokenizer.h"
 #include "tokenizer/harmony_reply.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/error.h"
@@ -79,11 +78,10 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   // The tokenizer first: a text command without one fails before the
   // weights load, and sampling stays within the ids it has text for.
   if (with_tokenizer) {
-    std::optional<Tokenizer> tok = load_model_tokenizer(tm.dir);
-    if (!tok)
-      fail(tm.dir, ": ", missing_tokenizer_text(),
-           " (text commands need one; `nibble run --tokens IDS` and `nibble logits` do not)");
-    tm.tokenizer = std::move(*tok);
+    if (Tokenizer::file_in(tm.dir).empty())
+      fail(tm.dir, ": no tokenizer.json or tiktoken.model (text commands need one; `nibble run --tokens IDS` and "
+                   "`nibble logits` do not)");
+    tm.tokenizer = Tokenizer::from_model_dir(tm.dir);
     opt.sample_vocab = int64_t(tm.tokenizer.vocab_size());
   }
   tm.engine = Engine::load(tm.dir, opt);
@@ -97,7 +95,7 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   }
   tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (with_tokenizer && int64_t(tm.tokenizer.vocab_size()) > tm.engine->vocab_size())
-    fail(model_tokenizer_path(tm.dir), ": the tokenizer has ", tm.tokenizer.vocab_size(),
+    fail(tm.tokenizer.path(), ": the tokenizer has ", tm.tokenizer.vocab_size(),
          " ids but the model's vocab_size is ", tm.engine->vocab_size());
   return tm;
 }

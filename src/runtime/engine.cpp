@@ -20,7 +20,7 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/speculative.h"
-#include "tokenizer/model_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -135,11 +135,12 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   impl->rollback_tokens = options.rollback_tokens;
   impl->sample_vocab_option = options.sample_vocab;
   impl->defaults = read_generation_config(gc.get(), gc_path, impl->model->vocab_size());
-  if (options.load_tokenizer)
-    if (std::optional<Tokenizer> tok = load_model_tokenizer(model_dir)) impl->tokenizer = std::make_unique<Tokenizer>(std::move(*tok));
-  if (impl->tokenizer) {
+  // tokenizer.json, else Kimi's tiktoken.model (Tokenizer::file_in).
+  const std::string tok = Tokenizer::file_in(model_dir);
+  if (options.load_tokenizer && !tok.empty()) {
+    impl->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(model_dir));
     if (int64_t(impl->tokenizer->vocab_size()) > impl->model->vocab_size())
-      fail(model_tokenizer_path(model_dir), ": the tokenizer has ", impl->tokenizer->vocab_size(), " ids but the model's vocab_size is ",
+      fail(tok, ": the tokenizer has ", impl->tokenizer->vocab_size(), " ids but the model's vocab_size is ",
            impl->model->vocab_size());
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -181,17 +182,17 @@ std::vector<std::string> runnable_architectures() {
 bool Engine::has_tokenizer() const { return impl_->tokenizer != nullptr; }
 
 std::vector<int32_t> Engine::tokenize(const std::string& text, bool allow_special) const {
-  if (!impl_->tokenizer) fail("the model folder has ", missing_tokenizer_text());
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json or tiktoken.model");
   return impl_->tokenizer->encode(text, allow_special);
 }
 
 std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special) const {
-  if (!impl_->tokenizer) fail("the model folder has ", missing_tokenizer_text());
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json or tiktoken.model");
   return impl_->tokenizer->decode(ids, skip_special);
 }
 
 std::string Engine::token_bytes(int32_t id) const {
-  if (!impl_->tokenizer) fail("the model folder has ", missing_tokenizer_text());
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json or tiktoken.model");
   return impl_->tokenizer->token_bytes(id);
 }
 
