@@ -16,13 +16,13 @@ namespace nibble {
 
 namespace {
 
+// INT4 (compressed-tensors, group a multiple of 32) runs exactly on every
+// SIMD kernel: int4_f32_avx2.cpp / int4_f32_avx512.cpp, f32 activations in
+// the _int8 backends too (they round activations for FP4 weights only).
 const std::vector<Format> kAllWeightFormats = {Format::mxfp4, Format::nvfp4, Format::fp8_block128,
-                                               Format::bf16, Format::f32};
+                                               Format::bf16, Format::f32, Format::int4};
 const std::vector<Format> kFp4Formats = {Format::mxfp4, Format::nvfp4};
-// The scalar reference also runs compressed-tensors' INT4 (format/int4.h);
-// the SIMD kernels do not yet.
-const std::vector<Format> kRefFormats = {Format::mxfp4, Format::nvfp4, Format::fp8_block128,
-                                         Format::bf16,  Format::f32,   Format::int4};
+const std::vector<Format>& kRefFormats = kAllWeightFormats;
 constexpr const char* kInt8Acts = "quantizes activations to int8";
 
 std::string needs_cpu(const Device& d) {
@@ -89,10 +89,10 @@ const std::vector<KernelDesc>& kernel_registry() {
       // estimate is pessimistic there but the choice is the same); int8 FP4
       // ~1.0 (a vpdpbusd does 64 multiply-adds). ----
       {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
-       "AVX-512 f32 FMA, exact: FP4 decoded by vpermps table, FP8 via f16, BF16, F32", linear_avx512,
+       "AVX-512 f32 FMA, exact: FP4 / INT4 decoded by vpermps table, FP8 via f16, BF16, F32", linear_avx512,
        nullptr},
       {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.55, 0.35,
-       "AVX2 f32 FMA, exact: FP4 decoded as bf16 by vpshufb, FP8 via F16C, BF16, F32", linear_avx2, nullptr},
+       "AVX2 f32 FMA, exact: FP4 / INT4 decoded as bf16 by vpshufb, FP8 via F16C, BF16, F32", linear_avx2, nullptr},
       {"cpu_avx512_int8", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 1.0,
        "AVX-512 VNNI int8 dot (FP4 x int8-quantized act); other formats as cpu_avx512", linear_avx512_int8,
        nullptr, kInt8Acts, kFp4Formats},
