@@ -116,8 +116,8 @@ const std::vector<KernelDesc>& kernel_registry() {
       // GPU run measures them (bench/RESULTS.md): bandwidth 0.6 of the read
       // peak (issue 15 asks >= 0.8 at decode), compute 0.3 of the BF16
       // tensor peak (one mma per 8 tokens, so a decode step uses 1/8).
-      {"cuda_w4a16", Op::moe, kFp4Formats, needs_cuda_sm80, 0, 0.6, 0.3,
-       "mma.sync m16n8k16 BF16, FP4 dequantized in registers from a repacked layout, f32 accumulate, "
+      {"cuda_w4a16", Op::moe, {Format::mxfp4, Format::nvfp4, Format::int4}, needs_cuda_sm80, 0, 0.6, 0.3,
+       "mma.sync m16n8k16 BF16, FP4 / INT4 (group 32) dequantized in registers from a repacked layout, f32 accumulate, "
        "tokens grouped by expert on the GPU router, gate/up fused with the clamped SwiGLU",
        nullptr, nullptr, nullptr, {}, "tensor_core"},
       // The tensor-core linears (linear_mma.h): FP8 block-128 as W8A16 (E4M3

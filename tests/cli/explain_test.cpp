@@ -248,6 +248,12 @@ TEST(Explain, KimiInt4ExpertsArePlannedButTheArchitectureIsNotRun) {
       run_nibble({"explain", kFixtures + "kimi_compressed_tensors", "--bandwidth", "100", "--json", "--device", "cpu-avx2"})
           .out);
   EXPECT_EQ(only_group(avx2, "routed_experts")["kernel"], "cpu_avx2");
+  // On a GPU the INT4 experts go to the W4A16 tensor-core kernel (repacked
+  // at load, w4a16_int4.h).
+  json gpu = json::parse(
+      run_nibble({"explain", kFixtures + "kimi_compressed_tensors", "--bandwidth", "100", "--json", "--device", "sm_80"})
+          .out);
+  EXPECT_EQ(only_group(gpu, "routed_experts")["kernel"], "cuda_w4a16");
   EXPECT_TRUE(contains(routed["provenance"], "compressed-tensors pack-quantized: num_bits 4, type int, symmetric, "
                                               "strategy group, group_size 32"))
       << routed["provenance"];
