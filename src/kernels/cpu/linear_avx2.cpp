@@ -435,8 +435,9 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
     return;
   }
-  if (w.kind == WeightKind::int4) {  // int4_f32_avx2.cpp
-    int4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
+  if (w.kind == WeightKind::int4) {  // int4_f32_avx2.cpp, int4_int8_avx2.cpp
+    if (cls == ActsClass::int8_int4) int4_int8_rows_avx2(w, r0, r1, acts, T, t0, out);
+    else int4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
     return;
   }
   if (w.kind == WeightKind::bf16) {
@@ -500,6 +501,7 @@ inline __m256 exp_ps(__m256 x) {
 
 int64_t acts_stride_avx2(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kPad);
+  if (c == ActsClass::int8_int4) return int4_int8_stride_avx2(cols);
   return c == ActsClass::int8_blocks ? padded / kGroup * kGroupBytes : padded * 4;
 }
 
@@ -513,6 +515,7 @@ void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uin
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_fp4: fp4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_int4: int4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::int8_int4: int4_int8_prepare_avx2(x + t * cols, cols, o); break;
     }
   }
 }

@@ -483,8 +483,9 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
     return;
   }
-  if (w.kind == WeightKind::int4) {  // int4_f32_avx512.cpp
-    int4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
+  if (w.kind == WeightKind::int4) {  // int4_f32_avx512.cpp, int4_int8_avx512.cpp
+    if (cls == ActsClass::int8_int4) int4_int8_rows_avx512(w, r0, r1, acts, T, t0, out);
+    else int4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
     return;
   }
   if (w.kind == WeightKind::bf16) {
@@ -535,6 +536,7 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kGroup);
   switch (c) {
     case ActsClass::int8_blocks: return padded / kGroup * kGroupBytes;
+    case ActsClass::int8_int4: return int4_int8_stride_avx512(cols);
     case ActsClass::f32_even_odd:
     case ActsClass::f32_plain:
     case ActsClass::f32_fp4:
@@ -553,6 +555,7 @@ void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, u
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_fp4: fp4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_int4: int4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::int8_int4: int4_int8_prepare_avx512(x + t * cols, cols, o); break;
     }
   }
 }

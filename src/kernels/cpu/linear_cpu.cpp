@@ -28,7 +28,7 @@ ActsClass acts_class(WeightKind kind) {
     case WeightKind::fp8_ue8m0:
     case WeightKind::fp8_f32:
     case WeightKind::f32: return ActsClass::f32_plain;
-    case WeightKind::int4: return ActsClass::f32_int4;  // exact in every backend
+    case WeightKind::int4: return kFp4 == Fp4Acts::int8 ? ActsClass::int8_int4 : ActsClass::f32_int4;
   }
   return ActsClass::f32_plain;
 }
