@@ -518,8 +518,22 @@ void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const Prepare
   int64_t tile = (256 * 1024) / rb;
   if (tile < 2) tile = 2;
   if (a.n <= kTokens) tile = r1 - r0;
+  // Exact FP4 with more than kTokens tokens: up to kFp4MaxTokensAvx2 per
+  // call, which decodes each weight once for all of them (from 9 tokens on).
+  const bool fp4_many = a.n > kTokens && a.cls == ActsClass::f32_fp4 &&
+                        (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
+    if (fp4_many) {
+      for (int64_t t0 = 0; t0 < a.n; t0 += kFp4MaxTokensAvx2) {
+        const int64_t nt = a.n - t0 < kFp4MaxTokensAvx2 ? a.n - t0 : kFp4MaxTokensAvx2;
+        const uint8_t* acts[kFp4MaxTokensAvx2];
+        for (int64_t t = 0; t < nt; ++t)
+          acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+        fp4_f32_rows_avx2(w, rt, re, acts, int(nt), t0, out);
+      }
+      continue;
+    }
     for (int64_t t0 = 0; t0 < a.n; t0 += kTokens) {
       switch (a.n - t0 >= kTokens ? kTokens : a.n - t0) {
         case 1: rows_tokens_at<1>(w, rt, re, a, t0, out); break;
