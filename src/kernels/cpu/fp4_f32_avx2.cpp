@@ -434,8 +434,9 @@ void fp4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_
     return;
   }
   // Passes of up to 4 tokens, in token order (RowsOut).
-  for (int t = 0; t < n_tok; t += 4) {
-    switch (n_tok - t < 4 ? n_tok - t : 4) {
+  for (int t = 0, nt = 0; t < n_tok; t += nt) {
+    nt = int(pass_tokens(n_tok - t, 4));
+    switch (nt) {
       case 1: fp4_range_at<1>(w, r0, r1, acts + t, t0 + t, out); break;
       case 2: fp4_range_at<2>(w, r0, r1, acts + t, t0 + t, out); break;
       case 3: fp4_range_at<3>(w, r0, r1, acts + t, t0 + t, out); break;
