@@ -29,7 +29,7 @@
 //
 // Rows one at a time (16 registers); from 2 tokens on, in blocks of 8 rows
 // over chunks of 1024 columns, so that x stays in L1 (see fp4_range); more
-// than 4 tokens decode each weight once for all of them (fp4_range_many).
+// than 8 tokens decode each weight once for all of them (fp4_range_many).
 // Per group and token, the products of vectors 0-3 sum into a temporary
 // (from the first, by a multiply), which one FMA with s0 adds into the
 // pair's accumulator; then vectors 4-7 likewise, with s1, into the same
@@ -114,28 +114,22 @@ inline void group_words(__m256i v, __m256i* words) {
   words[3] = _mm256_unpackhi_epi8(lH, hH);
 }
 
-// Where group_products takes the group's weight vectors from: decoded in
-// registers from its words (one group for 1..4 tokens), or loaded from a
-// group decoded once into memory (DecodedGroup, for more tokens; see
-// fp4_range_many). Both give the same f32 values, so the arithmetic is the
-// same either way.
+// A group's 8 weight vectors from its words: e(q) = vector 2q, o(q) =
+// vector 2q + 1. (decode_part stores them, in that order, for the
+// many-token path.)
 struct WordsGroup {
   const __m256i* words;
   __m256 e(int q) const { return _mm256_castsi256_ps(_mm256_slli_epi32(words[q], 16)); }
   __m256 o(int q) const { return _mm256_castsi256_ps(_mm256_and_si256(words[q], _mm256_set1_epi32(int32_t(0xFFFF0000u)))); }
 };
-// A group in memory: vectors e(0), o(0), .., e(3), o(3), then s0, s1
-// (kDecodedFloats floats, 32-byte aligned).
+// A decoded group in memory: vectors e(0), o(0), .., e(3), o(3), then s0,
+// s1 (kDecodedFloats floats, 32-byte aligned).
 constexpr int64_t kDecodedFloats = 80;
-struct DecodedGroup {
-  const float* p;
-  __m256 e(int q) const { return _mm256_load_ps(p + 16 * q); }
-  __m256 o(int q) const { return _mm256_load_ps(p + 16 * q + 8); }
-};
 
 // One group of one row against T tokens: w its weight vectors, s0 / s1 the
 // scale vectors, x[t] the group's activations. The same operations per
-// (row, token) pair for every T and weight source (batch invariance).
+// (row, token) pair for every T (batch invariance); decoded_block repeats
+// them over decoded groups.
 template <int T, class Weights>
 inline void group_products(const Weights& w, __m256 s0, __m256 s1, const float* const* x, __m256* acc) {
   // Per token, the products of one half: tmp = e x_e (first of the pair) or
@@ -253,17 +247,18 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
   }
 }
 
-// ---- More than 4 tokens: each weight decoded once per call ----------------
+// ---- More than 8 tokens: each weight decoded once per call ----------------
 //
-// fp4_range decodes every group again for each pass of 4 tokens, and at 4
-// tokens the 19 decode ops per group (shuffles and shifts, which share
-// Zen 4's FMA pipes) take a fifth of the time. Here a block of kManyRows
-// rows is decoded chunk by chunk (kManyCols columns, kDecodedFloats per
-// group, 20 KB: in L1 with the tokens' x of the chunk) into f32 weight and
-// scale vectors, and every token of the call, 4 at a time, runs over the
-// decoded chunk with group_products: the same operations per (row, token)
-// pair as fp4_range's, accumulators waiting in memory between chunks as
-// there (exact), so the results are bitwise those of 1..4 tokens.
+// fp4_range decodes every group again for each pass of up to 4 tokens, and
+// at 4 tokens the 19 decode ops per group (shuffles and shifts, which share
+// Zen 4's FMA pipes) take a third of the vector ops. Here a block of
+// kManyRows rows is decoded chunk by chunk (kManyCols columns,
+// kDecodedFloats per group, 20 KB: in L1 with the tokens' x of the chunk)
+// into f32 weight and scale vectors, and every token of the call runs over
+// the decoded chunk, 2 rows x 3 tokens at a time (decoded_block): the same
+// operations per (row, token) pair as group_products, accumulators waiting
+// in memory between chunks as in fp4_range (exact), so the results are
+// bitwise those of 1..4 tokens.
 constexpr int64_t kManyCols = 512;
 constexpr int64_t kManyGroups = kManyCols / kCols;
 constexpr int64_t kManyRows = 8;
