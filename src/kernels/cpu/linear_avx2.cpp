@@ -430,8 +430,8 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
 // 16 weights at 4 tokens, on the pipes the FMAs need. Here a block of up
 // to kFp8ManyRows rows of one 128-row band is widened chunk by chunk
 // (kFp8ManyTiles tiles of 128 columns, 16 KB) into f32, and every token of
-// the call runs over the chunk, 2 rows x 3 tokens at a time (the FP4
-// micro-kernel's blocking, fp4_f32_avx2.cpp). Per (row, token) pair the
+// the call runs over the chunk, 2 rows x 6 tokens at a time (see
+// fp8_decoded_block). Per (row, token) pair the
 // operations are fp8_rows' (per tile tmp = 0, one FMA per 8 columns in
 // column order, acc = fma(tmp, tile scale, acc); per span of 64 tiles one
 // hsum added to the row's sum), so results are bitwise those of 1..4
