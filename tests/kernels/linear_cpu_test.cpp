@@ -1,6 +1,6 @@
 // Every SIMD linear kernel against the scalar reference (dequantize_row +
 // f64 accumulation) on random weights of awkward shapes, every format,
-// batches 1..17, with and without threads: the default (exact) kernels and
+// batches 1..9, 12, 17 and 70, with and without threads: the default (exact) kernels and
 // the opt-in int8 ones, each ISA called directly (AVX2 runs on AVX-512
 // machines too).
 //
@@ -168,7 +168,9 @@ TEST_P(LinearCpu, MatchesReferenceSingleThread) {
   if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
   uint64_t seed = 1;
   for (const Case& c : cases())
-    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17}) check_case(c, GetParam(), n, nullptr, seed++);
+    // Every count up to 9 (the AVX2 FP4 / FP8 kernels decode once per call
+    // from 9 tokens on) and past one 64-token call (70).
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17, 70}) check_case(c, GetParam(), n, nullptr, seed++);
 }
 
 TEST_P(LinearCpu, MatchesReferenceThreaded) {
@@ -176,7 +178,7 @@ TEST_P(LinearCpu, MatchesReferenceThreaded) {
   ThreadPool pool(3);  // more threads than cores: uneven, preempted parts
   uint64_t seed = 1000;
   for (const Case& c : cases())
-    for (int64_t n : {1, 4, 16}) check_case(c, GetParam(), n, &pool, seed++);
+    for (int64_t n : {1, 4, 16, 33}) check_case(c, GetParam(), n, &pool, seed++);
 }
 
 TEST_P(LinearCpu, RejectsMalformedViews) {

@@ -28,24 +28,31 @@
 // of 8 f32 in that order, zero past cols; padded to 128 columns.
 //
 // Rows one at a time (16 registers); from 2 tokens on, in blocks of 8 rows
-// over chunks of 1024 columns, so that x stays in L1 (see fp4_range). Per
-// group and token, the products of vectors 0-3 sum into a temporary (from
-// the first, by a multiply), which one FMA with s0 adds into acc[0]; then
-// vectors 4-7 likewise with s1 into acc[1]; the row's result is
-// hsum(acc[0] + acc[1]). Between column chunks the accumulators wait in
-// memory, exactly: the chunking changes no result.
+// over chunks of 1024 columns, so that x stays in L1 (see fp4_range); more
+// than 8 tokens decode each weight once for all of them (fp4_range_many).
+// Per group and token, the products of vectors 0-3 sum into a temporary
+// (from the first, by a multiply), which one FMA with s0 adds into the
+// pair's accumulator; then vectors 4-7 likewise, with s1, into the same
+// accumulator; the row's result is hsum(acc). Between column chunks the
+// accumulators wait in memory, exactly: the chunking changes no result.
+// (Until 2026-12, each half had its own accumulator, hsum(acc0 + acc1): one
+// accumulator frees T registers, which the many-token micro-kernel needs.)
 //
 // Batch invariance. A token's result must not depend on the batch it comes
 // in, so that is the arithmetic of every (row, token) pair for every T
-// (tokens per call, 1..4): T only decides how many tokens share a decoded
-// group, nothing is summed across tokens. (Before, T > 2 multiplied the
-// scales into the decoded weights instead, a different rounding.) For T > 2
-// group_step finishes the first half of a group before the second, which
-// keeps the live registers at 2T accumulators + T temporaries; the order of
-// each pair's operations is the same either way.
+// (tokens per call) and weight source (decoded in registers or from the
+// decoded buffer): T only decides how many tokens share a decoded group,
+// nothing is summed across tokens. (Before, T > 2 multiplied the scales
+// into the decoded weights instead, a different rounding.) For T > 2
+// group_step finishes the first half of a group before the second; the
+// order of each pair's operations is the same either way.
 //
 // Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx2.h here (see
 // kernels_x86.h).
+// decoded_block's temporaries start with a multiply inside the loop, which
+// GCC 12 cannot see (a false "may be used uninitialized").
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <cstdint>
@@ -87,10 +94,10 @@ inline void group_scales(const uint8_t* s, int64_t bytes, __m256* s0, __m256* s1
   }
 }
 
-// One group of one row against T tokens: v the 32 code bytes, s0 / s1 the
-// scale vectors, x[t] the group's activations.
-template <int T>
-inline void group_step(__m256i v, __m256 s0, __m256 s1, const float* const* x, __m256 (*acc)[T]) {
+// The words of one group's bf16 weights (4 vectors of 16): see the table
+// above. Vector 2q of the group is words[q] << 16, vector 2q + 1 is
+// words[q] & 0xFFFF0000.
+inline void group_words(__m256i v, __m256i* words) {
   // bf16 of the E2M1 codes: low and high bytes.
   const __m256i tlo = _mm256_setr_epi8(0, 0, -128, -64, 0, 64, -128, -64, 0, 0, -128, -64, 0, 64, -128, -64, 0, 0,
                                        -128, -64, 0, 64, -128, -64, 0, 0, -128, -64, 0, 64, -128, -64);
@@ -98,45 +105,73 @@ inline void group_step(__m256i v, __m256 s0, __m256 s1, const float* const* x, _
                                        -64, -64, 0, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, -128, -65, -65, -65,
                                        -64, -64, -64, -64);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i hmask = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   const __m256i L = _mm256_and_si256(v, m4), H = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
   const __m256i lL = _mm256_shuffle_epi8(tlo, L), hL = _mm256_shuffle_epi8(thi, L);
   const __m256i lH = _mm256_shuffle_epi8(tlo, H), hH = _mm256_shuffle_epi8(thi, H);
-  const __m256i words[4] = {_mm256_unpacklo_epi8(lL, hL), _mm256_unpacklo_epi8(lH, hH),
-                            _mm256_unpackhi_epi8(lL, hL), _mm256_unpackhi_epi8(lH, hH)};
+  words[0] = _mm256_unpacklo_epi8(lL, hL);
+  words[1] = _mm256_unpacklo_epi8(lH, hH);
+  words[2] = _mm256_unpackhi_epi8(lL, hL);
+  words[3] = _mm256_unpackhi_epi8(lH, hH);
+}
+
+// A group's 8 weight vectors from its words: e(q) = vector 2q, o(q) =
+// vector 2q + 1. (decode_part stores them, in that order, for the
+// many-token path.)
+struct WordsGroup {
+  const __m256i* words;
+  __m256 e(int q) const { return _mm256_castsi256_ps(_mm256_slli_epi32(words[q], 16)); }
+  __m256 o(int q) const { return _mm256_castsi256_ps(_mm256_and_si256(words[q], _mm256_set1_epi32(int32_t(0xFFFF0000u)))); }
+};
+// A decoded group in memory: vectors e(0), o(0), .., e(3), o(3), then s0,
+// s1 (kDecodedFloats floats, 32-byte aligned).
+constexpr int64_t kDecodedFloats = 80;
+
+// One group of one row against T tokens: w its weight vectors, s0 / s1 the
+// scale vectors, x[t] the group's activations. The same operations per
+// (row, token) pair for every T (batch invariance); decoded_block repeats
+// them over decoded groups.
+template <int T, class Weights>
+inline void group_products(const Weights& w, __m256 s0, __m256 s1, const float* const* x, __m256* acc) {
   // Per token, the products of one half: tmp = e x_e (first of the pair) or
   // fma(e, x_e, tmp), then fma(o, x_o, tmp).
   auto half_products = [&](int q, __m256* tmp) {
-    const __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(words[q], 16));
-    const __m256 o = _mm256_castsi256_ps(_mm256_and_si256(words[q], hmask));
+    const __m256 e = w.e(q);
+    const __m256 o = w.o(q);
     for (int t = 0; t < T; ++t) {
       const __m256 xe = _mm256_load_ps(x[t] + 16 * q), xo = _mm256_load_ps(x[t] + 16 * q + 8);
       tmp[t] = _mm256_fmadd_ps(o, xo, q % 2 == 0 ? _mm256_mul_ps(e, xe) : _mm256_fmadd_ps(e, xe, tmp[t]));
     }
   };
   if constexpr (T <= 2) {
-    // Both halves' temporaries live (4T registers): more independent chains.
-    // (For T = 3, 4 that spills: 4.36 against 4.43 GB/s at T = 3.)
+    // Both halves' temporaries live (2T registers): more independent chains.
     __m256 tmp[2][T];
     for (int q = 0; q < 4; ++q) half_products(q, tmp[q / 2]);
     for (int t = 0; t < T; ++t) {
-      acc[0][t] = _mm256_fmadd_ps(tmp[0][t], s0, acc[0][t]);
-      acc[1][t] = _mm256_fmadd_ps(tmp[1][t], s1, acc[1][t]);
+      acc[t] = _mm256_fmadd_ps(tmp[0][t], s0, acc[t]);
+      acc[t] = _mm256_fmadd_ps(tmp[1][t], s1, acc[t]);
     }
   } else {
-    // One half at a time (2T accumulators + T temporaries).
+    // One half at a time (T accumulators + T temporaries).
     for (int half = 0; half < 2; ++half) {
       __m256 tmp[T];
       half_products(2 * half, tmp);
       half_products(2 * half + 1, tmp);
-      for (int t = 0; t < T; ++t) acc[half][t] = _mm256_fmadd_ps(tmp[t], half == 0 ? s0 : s1, acc[half][t]);
+      for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(tmp[t], half == 0 ? s0 : s1, acc[t]);
     }
   }
 }
 
+// One group of one row against T tokens, decoded from its 32 code bytes v.
+template <int T>
+inline void group_step(__m256i v, __m256 s0, __m256 s1, const float* const* x, __m256* acc) {
+  __m256i words[4];
+  group_words(v, words);
+  group_products<T>(WordsGroup{words}, s0, s1, x, acc);
+}
+
 // Groups [g0, g1) of one row (NVFP4: scale x 2^-8, global scale not
-// applied) continuing the token accumulators in `state` (2 T vectors of 8
-// f32: acc[0][t] at 16 t, acc[1][t] at 16 t + 8), which are loaded at the
+// applied) continuing the token accumulators in `state` (T vectors of 8
+// f32: acc[t] at 8 t), which are loaded at the
 // start and stored at the end: exact, so a row's sums do not depend on
 // where its columns were split. g1 = the row's group count includes a
 // partial last group. Prefetches one line per two groups at pf + 32 g.
@@ -144,11 +179,8 @@ template <int T, bool kNv>
 void fp4_row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
                   const float* const* acts, const uint8_t* pf, float* state) {
   constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
-  __m256 acc[2][T];
-  for (int t = 0; t < T; ++t) {
-    acc[0][t] = _mm256_load_ps(state + 16 * t);
-    acc[1][t] = _mm256_load_ps(state + 16 * t + 8);
-  }
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_load_ps(state + 8 * t);
   const float* x[T];
   const int64_t full = cols / kCols, rem = cols % kCols;
   const int64_t g_end = g1 < full ? g1 : full;
@@ -167,10 +199,7 @@ void fp4_row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_
     for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * full;
     group_step<T>(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), s0, s1, x, acc);
   }
-  for (int t = 0; t < T; ++t) {
-    _mm256_store_ps(state + 16 * t, acc[0][t]);
-    _mm256_store_ps(state + 16 * t + 8, acc[1][t]);
-  }
+  for (int t = 0; t < T; ++t) _mm256_store_ps(state + 8 * t, acc[t]);
 }
 
 // Column chunks. Rows run one at a time (16 registers), so each row reads
@@ -196,10 +225,10 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
   // against 0.62 with 1 KB).
   const int64_t chunk = T == 1 ? groups : kChunkCols / kCols;
   const int64_t block = T == 1 ? 1 : kBlockRows;
-  alignas(32) float state[kBlockRows * 16 * T];
+  alignas(32) float state[kBlockRows * 8 * T];
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t nr = r1 - rb < block ? r1 - rb : block;
-    for (int64_t i = 0; i < nr * 16 * T; ++i) state[i] = 0.0f;
+    for (int64_t i = 0; i < nr * 8 * T; ++i) state[i] = 0.0f;
     for (int64_t g0 = 0; g0 < groups; g0 += chunk) {
       const int64_t g1 = g0 + chunk < groups ? g0 + chunk : groups;
       for (int64_t i = 0; i < nr; ++i) {
@@ -207,17 +236,169 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
         // Blocks: the same columns of this row in the next block, what
         // the stream wants next (prefetching past the matrix is harmless).
         const uint8_t* pf = T == 1 ? wrow + 2 * kPrefetch : wrow + block * wbytes;
-        fp4_row_part<T, kNv>(wrow, w.scales + (rb + i) * sbytes, cols, g0, g1, x, pf, state + i * 16 * T);
+        fp4_row_part<T, kNv>(wrow, w.scales + (rb + i) * sbytes, cols, g0, g1, x, pf, state + i * 8 * T);
       }
     }
     for (int64_t i = 0; i < nr; ++i) {
       float dots[T];
-      for (int t = 0; t < T; ++t) {
-        const float* st = state + i * 16 * T + 16 * t;
-        dots[t] = hsum(_mm256_add_ps(_mm256_load_ps(st), _mm256_load_ps(st + 8)));
-      }
+      for (int t = 0; t < T; ++t) dots[t] = hsum(_mm256_load_ps(state + i * 8 * T + 8 * t));
       store_row<T>(out, rb + i, t0, dots, scale);
     }
+  }
+}
+
+// ---- More than 8 tokens: each weight decoded once per call ----------------
+//
+// fp4_range decodes every group again for each pass of up to 4 tokens, and
+// at 4 tokens the 19 decode ops per group (shuffles and shifts, which share
+// Zen 4's FMA pipes) take a third of the vector ops. Here a block of
+// kManyRows rows is decoded chunk by chunk (kManyCols columns,
+// kDecodedFloats per group, 20 KB: in L1 with the tokens' x of the chunk)
+// into f32 weight and scale vectors, and every token of the call runs over
+// the decoded chunk, 2 rows x 3 tokens at a time (decoded_block): the same
+// operations per (row, token) pair as group_products, accumulators waiting
+// in memory between chunks as in fp4_range (exact), so the results are
+// bitwise those of 1..4 tokens.
+constexpr int64_t kManyCols = 512;
+constexpr int64_t kManyGroups = kManyCols / kCols;
+constexpr int64_t kManyRows = 8;
+// From how many tokens on: at 5..8 tokens the decoded chunk serves too few
+// of them for its stores and loads (bench --resident 512 x 4096 MXFP4, load
+// ~10, GFLOP/s passes of 4 / decoded once: 5 tokens 62 / 55, 8: 68 / 63,
+// 9: 65 / 70, 12: 69 / 73, 32: 68 / 75).
+constexpr int kManyMinTokens = 8;
+
+// Groups [g0, g1) of one row decoded into dst (kDecodedFloats per group);
+// g1 = the row's group count includes a partial last group. Prefetches one
+// line per two groups at pf + 32 g.
+template <bool kNv>
+void decode_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
+                 const uint8_t* pf, float* dst) {
+  constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
+  const int64_t full = cols / kCols, rem = cols % kCols;
+  const int64_t g_end = g1 < full ? g1 : full;
+  auto put = [&](__m256i v, __m256 s0, __m256 s1, float* d) __attribute__((always_inline)) {
+    __m256i words[4];
+    group_words(v, words);
+    const WordsGroup w{words};
+    for (int q = 0; q < 4; ++q) {
+      _mm256_store_ps(d + 16 * q, w.e(q));
+      _mm256_store_ps(d + 16 * q + 8, w.o(q));
+    }
+    _mm256_store_ps(d + 64, s0);
+    _mm256_store_ps(d + 72, s1);
+  };
+  for (int64_t g = g0; g < g_end; ++g) {
+    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
+    __m256 s0, s1;
+    group_scales<kNv>(srow + kScaleBytes * g, kScaleBytes, &s0, &s1);
+    put(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g)), s0, s1, dst + kDecodedFloats * (g - g0));
+  }
+  if (rem > 0 && g1 > full) {  // as in fp4_row_part
+    alignas(32) uint8_t buf[64];
+    copy_tail(wrow + 32 * full, rem / 2, buf);
+    __m256 s0, s1;
+    group_scales<kNv>(srow + kScaleBytes * full, rem / (kNv ? 16 : 32), &s0, &s1);
+    put(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), s0, s1, dst + kDecodedFloats * (full - g0));
+  }
+}
+
+// Rows [i, i + R) of a row block's decoded chunk (ng groups, row i at
+// dec + i * kManyGroups * kDecodedFloats) against tokens x[0 .. T) (their
+// activations at the chunk), continuing the accumulators st[r * T + t].
+// group_products' arithmetic per (row, token) pair, with R rows sharing
+// each x load: R = 2, T = 3 holds 6 accumulators, 6 temporaries, 2 weight
+// vectors and one x vector (15 of 16 registers), and loads 5 vectors per 6
+// FMAs (one row of 4 tokens: 5 per 4, which Zen 4's two loads per cycle
+// could not feed at two FMAs per cycle). Each weight vector's products are
+// taken for all pairs before the next vector's (e then o), which changes
+// no pair's order.
+template <int R, int T>
+void decoded_block(const float* dec, int64_t ng, const float* const* x, float* const* st) {
+  constexpr int64_t kRow = kManyGroups * kDecodedFloats;
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_load_ps(st[r * T + t]);
+  for (int64_t g = 0; g < ng; ++g) {
+    const float* d = dec + kDecodedFloats * g;
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      __m256 tmp[R][T];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {  // vector k of the half: q = 2 half + k / 2, e (k even) or o
+        const int q = 2 * half + k / 2, eo = k % 2;
+          __m256 wv[R];
+          for (int r = 0; r < R; ++r) wv[r] = _mm256_load_ps(d + r * kRow + 16 * q + 8 * eo);
+          for (int t = 0; t < T; ++t) {
+            __m256 xv = _mm256_load_ps(x[t] + kCols * g + 16 * q + 8 * eo);
+            // One load for the R rows: GCC would fold it into each FMA.
+            __asm__("" : "+x"(xv));
+            for (int r = 0; r < R; ++r)
+              tmp[r][t] = q % 2 == 0 && eo == 0 ? _mm256_mul_ps(wv[r], xv) : _mm256_fmadd_ps(wv[r], xv, tmp[r][t]);
+          }
+        }
+      for (int r = 0; r < R; ++r) {
+        const __m256 sv = _mm256_load_ps(d + r * kRow + 64 + 8 * half);
+        for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(tmp[r][t], sv, acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) _mm256_store_ps(st[r * T + t], acc[r][t]);
+}
+
+// Tokens [t, t + T) against every row of a row block's decoded chunk:
+// state[(i * n + t) * 8] holds row i's accumulator for token t.
+template <int T>
+void decoded_tokens(const float* dec, int64_t nr, int64_t ng, const uint8_t* const* acts, int64_t g0, int64_t t,
+                    int64_t n, float* state) {
+  constexpr int64_t kRow = kManyGroups * kDecodedFloats;
+  const float* x[T];
+  for (int k = 0; k < T; ++k) x[k] = reinterpret_cast<const float*>(acts[t + k]) + kCols * g0;
+  int64_t i = 0;
+  for (; i + 2 <= nr; i += 2) {
+    float* st[2 * T];
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < T; ++k) st[r * T + k] = state + ((i + r) * n + t + k) * 8;
+    decoded_block<2, T>(dec + i * kRow, ng, x, st);
+  }
+  if (i < nr) {
+    float* st[T];
+    for (int k = 0; k < T; ++k) st[k] = state + (i * n + t + k) * 8;
+    decoded_block<1, T>(dec + i * kRow, ng, x, st);
+  }
+}
+
+template <bool kNv>
+void fp4_range_many(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t n,
+                    int64_t t0, const RowsOut& out) {
+  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
+  const int64_t groups = (cols + kCols - 1) / kCols;
+  const float scale = kNv ? 256.0f * w.global_scale : 1.0f;
+  alignas(32) float dec[kManyRows * kManyGroups * kDecodedFloats];
+  alignas(32) float state[kManyRows * kFp4MaxTokensAvx2 * 8];
+  for (int64_t rb = r0; rb < r1; rb += kManyRows) {
+    const int64_t nr = r1 - rb < kManyRows ? r1 - rb : kManyRows;
+    for (int64_t i = 0; i < nr * n * 8; ++i) state[i] = 0.0f;
+    for (int64_t g0 = 0; g0 < groups; g0 += kManyGroups) {
+      const int64_t g1 = g0 + kManyGroups < groups ? g0 + kManyGroups : groups;
+      for (int64_t i = 0; i < nr; ++i) {
+        const uint8_t* wrow = w.data + (rb + i) * wbytes;
+        decode_part<kNv>(wrow, w.scales + (rb + i) * sbytes, cols, g0, g1, wrow + kManyRows * wbytes,
+                         dec + i * kManyGroups * kDecodedFloats);
+      }
+      int64_t t = 0;
+      for (; t + 3 <= n; t += 3) decoded_tokens<3>(dec, nr, g1 - g0, acts, g0, t, n, state);
+      if (n - t == 2) decoded_tokens<2>(dec, nr, g1 - g0, acts, g0, t, n, state);
+      if (n - t == 1) decoded_tokens<1>(dec, nr, g1 - g0, acts, g0, t, n, state);
+    }
+    // Each row's tokens in order (RowsOut: repeated y_index entries add up
+    // in token order).
+    for (int64_t i = 0; i < nr; ++i)
+      for (int64_t t = 0; t < n; ++t) {
+        const float dot = hsum(_mm256_load_ps(state + (i * n + t) * 8));
+        store_row<1>(out, rb + i, t0 + t, &dot, scale);
+      }
   }
 }
 
@@ -242,11 +423,20 @@ void fp4_f32_prepare_avx2(const float* x, int64_t cols, float* out) {
 
 void fp4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
                        int64_t t0, const RowsOut& out) {
-  switch (n_tok) {
-    case 1: fp4_range_at<1>(w, r0, r1, acts, t0, out); break;
-    case 2: fp4_range_at<2>(w, r0, r1, acts, t0, out); break;
-    case 3: fp4_range_at<3>(w, r0, r1, acts, t0, out); break;
-    default: fp4_range_at<4>(w, r0, r1, acts, t0, out); break;
+  if (n_tok > kManyMinTokens) {
+    if (w.kind == WeightKind::nvfp4) fp4_range_many<true>(w, r0, r1, acts, n_tok, t0, out);
+    else fp4_range_many<false>(w, r0, r1, acts, n_tok, t0, out);
+    return;
+  }
+  // Passes of up to 4 tokens, in token order (RowsOut).
+  for (int t = 0, nt = 0; t < n_tok; t += nt) {
+    nt = int(pass_tokens(n_tok - t, 4));
+    switch (nt) {
+      case 1: fp4_range_at<1>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 2: fp4_range_at<2>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 3: fp4_range_at<3>(w, r0, r1, acts + t, t0 + t, out); break;
+      default: fp4_range_at<4>(w, r0, r1, acts + t, t0 + t, out); break;
+    }
   }
 }
 

@@ -15,10 +15,15 @@
 // holds every lane's block scale (mx_scales / nv_scales, simd_avx512.h).
 // The byte-sized shifts come from the load ports: the 64 bytes loaded from
 // p + b hold byte 4j+b in the low byte of dword j, i.e. code 8j+2b in bits
-// 0-3 (what v >> 8b would give). So per 128 weights: 4 loads, 4 shifts by 4
-// (port 0), 8 vpermps (port 5), and per token 8 FMAs. (7 shifts instead:
-// 17 GB/s per core at one token; 4: see kRows.) The last group of a row
-// reads its shifted copies with masked loads, never past the row.
+// 0-3 (what v >> 8b would give). So per 128 weights: 4 loads, 4 shifts by 4,
+// 8 vpermps, and per token 8 FMAs. The last group of a row reads its
+// shifted copies with masked loads, never past the row. One row at a time
+// (one token) takes them from one load and 3 shifts by 8, 16, 24 instead:
+// the 3 loads at p + 1..3 each straddle two cache lines, and on Zen 4 (one
+// thread, resident 512 x 4096, load ~11) MXFP4 went 12.7 -> 14.4 GB/s per
+// core with the shifts (NVFP4 12.6 either way); with 4 rows (2-4 tokens) the
+// loads stay (2 tokens: 11.1 against 10.8 GB/s with shifts). The bytes, and
+// so the results, are the same either way.
 //
 // Activations (ActsClass::f32_fp4): per group of 128 columns, 8 vectors of
 // 16 f32, vector k lane j = x[8j + k], zero past cols (a row's tail is read
@@ -140,7 +145,10 @@ inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, cons
 #pragma GCC unroll 4
   for (int b = 0; b < 4; ++b) {
     for (int r = 0; r < R; ++r) {
-      const __m512i v = codes_from<kMasked>(p[r], n, b);
+      // One row: the shifted copies by vpsrld from the one load (see
+      // "Decoding" above); more rows: from the load ports.
+      const __m512i v = R == 1 && b > 0 ? _mm512_srli_epi32(codes_from<kMasked>(p[r], n, 0), 8 * b)
+                                        : codes_from<kMasked>(p[r], n, b);
       for (int h = 0; h < 2; ++h) {
         const int k = 2 * b + h;
         const __m512 w = _mm512_permutexvar_ps(h == 0 ? v : _mm512_srli_epi32(v, 4), table);

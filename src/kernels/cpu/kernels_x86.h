@@ -107,6 +107,9 @@ void int4_int8_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const ui
 void swiglu_avx512(float* g, const float* u, int64_t n, float limit);
 
 // ---- AVX2 (+FMA, F16C) ---------------------------------------------------------
+// fp4_f32_rows_avx2 takes 1 <= n_tok <= kFp4MaxTokensAvx2 tokens (more than
+// 8: each weight decoded once for all of them, fp4_f32_avx2.cpp).
+constexpr int kFp4MaxTokensAvx2 = 64;
 int64_t acts_stride_avx2(ActsClass c, int64_t cols);
 void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
 void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,

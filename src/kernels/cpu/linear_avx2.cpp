@@ -424,6 +424,160 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
   }
 }
 
+// ---- FP8 with more than 8 tokens: each weight decoded once per call ------------
+//
+// fp8_range widens every weight again for each pass of 4 tokens: 6 ops per
+// 16 weights (sign extension, shift, and, two vcvtph2ps) against 8 FMAs per
+// 16 weights at 4 tokens, on the pipes the FMAs need. Here a block of up
+// to kFp8ManyRows rows of one 128-row band is widened chunk by chunk
+// (kFp8ManyTiles tiles of 128 columns, 16 KB) into f32, and every token of
+// the call runs over the chunk, 2 rows x 6 tokens at a time (see
+// fp8_decoded_block). Per (row, token) pair the
+// operations are fp8_rows' (per tile tmp = 0, one FMA per 8 columns in
+// column order, acc = fma(tmp, tile scale, acc); per span of 64 tiles one
+// hsum added to the row's sum), so results are bitwise those of 1..4
+// tokens. A partial tile runs all 16 of its FMAs (fp8_rows stops after the
+// last 16 columns with any): the extra products are 0 x 0 (zero codes past
+// cols, zero-padded x) and tmp, begun at +0, is never -0, so they change
+// nothing.
+constexpr int64_t kFp8ManyTiles = 4;
+constexpr int64_t kFp8ManyRows = 8;
+constexpr int kFp8ManyMinTokens = 8;
+constexpr int64_t kFp8ChunkRow = kFp8ManyTiles * 128;  // floats per decoded row
+
+// Tiles [c, c + nt) of one row of `cols` columns widened into dst (zeros
+// past cols); prefetches the line at pf + column every 64 columns.
+void fp8_decode_part(const uint8_t* wrow, int64_t cols, int64_t c, int64_t nt, const uint8_t* pf, float* dst) {
+  for (int64_t col = c * 128; col < (c + nt) * 128; col += 16) {
+    if ((col & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + col), _MM_HINT_T0);
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    const int64_t left = cols - col;
+    if (left >= 16) e4m3x16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wrow + col)), &lo, &hi);
+    else if (left > 0) fp8_chunk(wrow + col, left, &lo, &hi);
+    _mm256_store_ps(dst + (col - c * 128), lo);
+    _mm256_store_ps(dst + (col - c * 128) + 8, hi);
+  }
+}
+
+// R rows of a decoded chunk (row r at dec + r * kFp8ChunkRow) against T
+// tokens (x[t] at the chunk's first column), nt tiles with scales ts[k],
+// continuing the accumulators st[r * T + t]. The accumulators stay in
+// memory (touched once per tile), so that R = 2, T = 6 gives 12 independent
+// FMA chains in 15 registers: a tile's chain is 16 dependent FMAs, and 6
+// chains (R = 2, T = 3, accumulators in registers) left the FMAs waiting
+// on latency: bench --resident 512 x 4096, 64 tokens, 71-73 GFLOP/s against
+// 79-83 with 12 chains (passes of 4 tokens: 66-67; load ~10).
+template <int R, int T>
+void fp8_decoded_block(const float* dec, const float* ts, int64_t nt, const float* const* x, float* const* st) {
+  for (int64_t k = 0; k < nt; ++k) {
+    __m256 tmp[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) tmp[r][t] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+    for (int v = 0; v < 16; ++v) {
+      __m256 wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = _mm256_load_ps(dec + r * kFp8ChunkRow + 128 * k + 8 * v);
+      for (int t = 0; t < T; ++t) {
+        __m256 xv = _mm256_load_ps(x[t] + 128 * k + 8 * v);
+        __asm__("" : "+x"(xv));  // one load for the R rows (GCC would fold it into each FMA)
+        for (int r = 0; r < R; ++r) tmp[r][t] = _mm256_fmadd_ps(wv[r], xv, tmp[r][t]);
+      }
+    }
+    const __m256 s = _mm256_set1_ps(ts[k]);
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t)
+        _mm256_store_ps(st[r * T + t], _mm256_fmadd_ps(tmp[r][t], s, _mm256_load_ps(st[r * T + t])));
+  }
+}
+
+// Tokens [t, t + T) over every row of the decoded chunk (tiles from c):
+// state[(i * n + t) * 8] holds row i's accumulator for token t.
+template <int T>
+void fp8_decoded_tokens(const float* dec, int64_t nr, const float* ts, int64_t c, int64_t nt,
+                        const uint8_t* const* acts, int64_t t, int64_t n, float* state) {
+  const float* x[T];
+  for (int k = 0; k < T; ++k) x[k] = reinterpret_cast<const float*>(acts[t + k]) + c * 128;
+  int64_t i = 0;
+  for (; i + 2 <= nr; i += 2) {
+    float* st[2 * T];
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < T; ++k) st[r * T + k] = state + ((i + r) * n + t + k) * 8;
+    fp8_decoded_block<2, T>(dec + i * kFp8ChunkRow, ts, nt, x, st);
+  }
+  if (i < nr) {
+    float* st[T];
+    for (int k = 0; k < T; ++k) st[k] = state + (i * n + t + k) * 8;
+    fp8_decoded_block<1, T>(dec + i * kFp8ChunkRow, ts, nt, x, st);
+  }
+}
+
+// FP8 rows [r0, r1) x n tokens (kFp8ManyMinTokens < n <= kFp8MaxTokens).
+constexpr int64_t kFp8MaxTokens = 64;
+void fp8_range_many(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t n,
+                    int64_t t0, const RowsOut& out) {
+  const int64_t cols = w.cols, tiles = (cols + 127) / 128;
+  alignas(32) float dec[kFp8ManyRows * kFp8ChunkRow];
+  alignas(32) float state[kFp8ManyRows * kFp8MaxTokens * 8];
+  float dots[kFp8ManyRows * kFp8MaxTokens];
+  float ts[kFp8ManyTiles];
+  for (int64_t r = r0; r < r1;) {
+    const int64_t band = r / 128, band_end = (band + 1) * 128;
+    int64_t nr = r1 - r < kFp8ManyRows ? r1 - r : kFp8ManyRows;
+    if (nr > band_end - r) nr = band_end - r;
+    for (int64_t i = 0; i < nr * n; ++i) dots[i] = 0.0f;
+    for (int64_t span = 0; span < tiles; span += 64) {  // fp8_range's spans of 64 tiles
+      const int64_t span_end = span + 64 < tiles ? span + 64 : tiles;
+      for (int64_t i = 0; i < nr * n * 8; ++i) state[i] = 0.0f;
+      for (int64_t c = span; c < span_end; c += kFp8ManyTiles) {
+        const int64_t nt = span_end - c < kFp8ManyTiles ? span_end - c : kFp8ManyTiles;
+        for (int64_t k = 0; k < nt; ++k) {
+          const int64_t si = band * tiles + c + k;
+          const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
+          ts[k] = sv * 256.0f;
+        }
+        for (int64_t i = 0; i < nr; ++i) {
+          const uint8_t* wrow = w.data + (r + i) * cols;
+          fp8_decode_part(wrow, cols, c, nt, wrow + kFp8ManyRows * cols, dec + i * kFp8ChunkRow);
+        }
+        int64_t t = 0;
+        for (; t + 6 <= n; t += 6) fp8_decoded_tokens<6>(dec, nr, ts, c, nt, acts, t, n, state);
+        switch (n - t) {
+          case 1: fp8_decoded_tokens<1>(dec, nr, ts, c, nt, acts, t, n, state); break;
+          case 2: fp8_decoded_tokens<2>(dec, nr, ts, c, nt, acts, t, n, state); break;
+          case 3: fp8_decoded_tokens<3>(dec, nr, ts, c, nt, acts, t, n, state); break;
+          case 4: fp8_decoded_tokens<4>(dec, nr, ts, c, nt, acts, t, n, state); break;
+          case 5: fp8_decoded_tokens<5>(dec, nr, ts, c, nt, acts, t, n, state); break;
+          default: break;
+        }
+      }
+      for (int64_t i = 0; i < nr * n; ++i) dots[i] += hsum(_mm256_load_ps(state + 8 * i));
+    }
+    // Each row's tokens in order (RowsOut: repeated y_index entries add up
+    // in token order).
+    for (int64_t i = 0; i < nr; ++i)
+      for (int64_t t = 0; t < n; ++t) store_row<1>(out, r + i, t0 + t, dots + i * n + t, 1.0f);
+    r += nr;
+  }
+}
+
+// FP8 rows [r0, r1) x n <= kFp8MaxTokens tokens.
+void fp8_rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t n,
+                     int64_t t0, const RowsOut& out) {
+  if (n > kFp8ManyMinTokens) {
+    fp8_range_many(w, r0, r1, acts, n, t0, out);
+    return;
+  }
+  for (int64_t t = 0, nt = 0; t < n; t += nt) {  // passes of up to 4 tokens, in token order
+    nt = pass_tokens(n - t, 4);
+    switch (nt) {
+      case 1: fp8_range<1>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 2: fp8_range<2>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 3: fp8_range<3>(w, r0, r1, acts + t, t0 + t, out); break;
+      default: fp8_range<4>(w, r0, r1, acts + t, t0 + t, out); break;
+    }
+  }
+}
+
 template <int T>
 void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                  int64_t t0, ActsClass cls, const RowsOut& out) {
@@ -528,8 +682,28 @@ void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const Prepare
   int64_t tile = (256 * 1024) / rb;
   if (tile < 2) tile = 2;
   if (a.n <= kTokens) tile = r1 - r0;
+  // Exact FP4 and FP8 with more than kTokens tokens: up to 64 per call,
+  // which decodes each weight once for all of them (from 9 tokens on).
+  const bool fp4_many = a.n > kTokens && a.cls == ActsClass::f32_fp4 &&
+                        (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
+  const bool fp8_many = a.n > kTokens && (w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32);
+  static_assert(kFp4MaxTokensAvx2 == kFp8MaxTokens);
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
+    if (fp4_many || fp8_many) {
+      for (int64_t t0 = 0; t0 < a.n; t0 += kFp8MaxTokens) {
+        const int64_t nt = a.n - t0 < kFp8MaxTokens ? a.n - t0 : kFp8MaxTokens;
+        const uint8_t* acts[kFp8MaxTokens];
+        for (int64_t t = 0; t < nt; ++t)
+          acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+        if (fp4_many) fp4_f32_rows_avx2(w, rt, re, acts, int(nt), t0, out);
+        else fp8_rows_tokens(w, rt, re, acts, nt, t0, out);
+      }
+      continue;
+    }
+    // Passes of 4 and the rest (not pass_tokens: BF16's 3-token pass spills,
+    // and 5 / 9 tokens as 3 + 2 / 3 + 3 + 3 ran 61 / 67 against 68 / 70
+    // GFLOP/s as 4 + 1 / 4 + 4 + 1).
     for (int64_t t0 = 0; t0 < a.n; t0 += kTokens) {
       switch (a.n - t0 >= kTokens ? kTokens : a.n - t0) {
         case 1: rows_tokens_at<1>(w, rt, re, a, t0, out); break;

@@ -572,8 +572,9 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
   if (a.n <= kTokens) tile = r1 - r0;
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
-    for (int64_t t0 = 0; t0 < a.n; t0 += kTokens) {
-      switch (a.n - t0 >= kTokens ? kTokens : a.n - t0) {
+    for (int64_t t0 = 0, nt = 0; t0 < a.n; t0 += nt) {
+      nt = pass_tokens(a.n - t0, kTokens);
+      switch (nt) {
         case 1: rows_tokens_at<1>(w, rt, re, a, t0, out); break;
         case 2: rows_tokens_at<2>(w, rt, re, a, t0, out); break;
         case 3: rows_tokens_at<3>(w, rt, re, a, t0, out); break;

@@ -23,6 +23,18 @@ constexpr int64_t kPrefetch = NIBBLE_PREFETCH;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// Tokens in the next pass over a row tile, of `left` still to do, at most
+// `most` per pass: the passes a batch needs (ceil(left / most)) made as
+// even as they go, e.g. 9 = 3 + 3 + 3 and 5 = 3 + 2 rather than 4 + 4 + 1
+// and 4 + 1: a one-token pass costs nearly what a full one does (its
+// decode is shared by one token only). Every (row, token) pair runs the
+// same operations whatever its pass (batch invariance), so only the speed
+// depends on this.
+inline int64_t pass_tokens(int64_t left, int64_t most) {
+  const int64_t passes = (left + most - 1) / most;
+  return (left + passes - 1) / passes;
+}
+
 // An f32 scale from a tensor that need not be 4-byte aligned.
 inline float load_f32(const uint8_t* p) {
   float f;
