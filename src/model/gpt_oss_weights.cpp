@@ -8,121 +8,14 @@
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
 #include "model/gpt_oss_layout.h"
+#include "model/weight_binder.h"
 #include "util/error.h"
 
 namespace nibble {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-class Binder {
- public:
-  Binder(const Checkpoint& ck, const Detection& det, const Plan& plan, const LoadOptions& options)
-      : ck_(ck), plan_(plan), options_(options) {
-    for (const auto& t : det.tensors) by_name_[t.name] = &t;
-    for (const auto& g : plan.groups) total_bytes_ += g.bytes;
-  }
-
-  // Detection names a tensor "X.weight" by its base "X"; others by their full name.
-  const DetectedTensor* find(const std::string& name) const {
-    auto it = by_name_.find(name);
-    if (it != by_name_.end()) return it->second;
-    const std::string suffix = ".weight";
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      it = by_name_.find(name.substr(0, name.size() - suffix.size()));
-      if (it != by_name_.end() && it->second->parts[0]->name == name) return it->second;
-    }
-    return nullptr;
-  }
-
-  // Weight matrix `base` (stored as base.weight, or base_blocks + base_scales)
-  // of logical shape [rows, cols].
-  const DetectedTensor& matrix(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor* t = find(base);
-    if (!t) fail(ck_.path(), ": tensor ", base, ".weight is missing (", why, ")");
-    if (!t->is_matrix) {
-      if (!t->unsupported.empty()) fail(ck_.path(), ": tensor ", base, " uses ", t->unsupported, ", which nibble cannot run");
-      fail(ck_.path(), ": tensor ", t->parts[0]->name, " (", dtype_name(t->parts[0]->dtype), " ",
-           t->parts[0]->shape_str(), ") is not a weight matrix in a format nibble runs");
-    }
-    if (t->rows != rows || t->cols != cols)
-      fail(ck_.path(), ": tensor ", t->parts[0]->name, " ", t->parts[0]->shape_str(), " holds a matrix of ",
-           shape_str({t->rows, t->cols}), " but config.json implies ", shape_str({rows, cols}), " (", why, ")");
-    if (!options_.skip_weight_check) check_weight_codes(weight_view(*t));
-    if (options_.on_progress) {
-      bound_bytes_ += t->bytes;
-      options_.on_progress(std::min(bound_bytes_, total_bytes_), total_bytes_);
-    }
-    return *t;
-  }
-
-  BoundLinear linear(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor& t = matrix(base, rows, cols, why);
-    return BoundLinear{weight_view(t), linear_kernel(t)};
-  }
-
-  LinearFn linear_kernel(const DetectedTensor& t) const {
-    const std::string group = gpt_oss_tensor_group(t.name, t.format).name;
-    for (const auto& g : plan_.groups)
-      if (g.group == group && g.format == t.format && g.has_op && g.op == Op::linear && g.selection.chosen &&
-          g.selection.chosen->linear)
-        return g.selection.chosen->linear;
-    fail(ck_.path(), ": no linear kernel can run tensor ", t.name, " (", format_name(t.format), ") on ",
-         plan_.device.name);
-  }
-
-  MoeFn moe_kernel(const DetectedTensor& t) const {
-    for (const auto& g : plan_.groups)
-      if (g.group == "routed_experts" && g.format == t.format && g.has_op && g.op == Op::moe && g.selection.chosen &&
-          g.selection.chosen->moe)
-        return g.selection.chosen->moe;
-    fail(ck_.path(), ": no MoE kernel can run routed_experts (", format_name(t.format), ", tensor ", t.name, ") on ",
-         plan_.device.name);
-  }
-
-  // A BF16 / F32 tensor of exactly `shape`, as f32.
-  std::vector<float> vec(const std::string& name, std::vector<int64_t> shape, const std::string& why) const {
-    const DetectedTensor* t = find(name);
-    if (!t) fail(ck_.path(), ": tensor ", name, " is missing (", why, ")");
-    const TensorInfo& ti = *t->parts[0];
-    if (ti.shape != shape)
-      fail(ck_.path(), ": tensor ", name, " has shape ", ti.shape_str(), " but config.json implies ", shape_str(shape),
-           " (", why, ")");
-    std::vector<float> out(size_t(ti.numel()));
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (ti.dtype == DType::F32) std::memcpy(&out[i], ti.data + i * 4, 4);
-      else if (ti.dtype == DType::BF16) {
-        uint16_t h;
-        std::memcpy(&h, ti.data + i * 2, 2);
-        out[i] = bf16_decode(h);
-      } else {
-        fail(ck_.path(), ": tensor ", name, " has dtype ", dtype_name(ti.dtype), "; expected BF16 or F32");
-      }
-    }
-    return out;
-  }
-
-  const std::string& path() const { return ck_.path(); }
-
-  void finish_progress() const {
-    if (options_.on_progress) options_.on_progress(total_bytes_, total_bytes_);
-  }
-
- private:
-  const Checkpoint& ck_;
-  const Plan& plan_;
-  const LoadOptions& options_;
-  std::map<std::string, const DetectedTensor*> by_name_;
-  uint64_t total_bytes_ = 0;
-  mutable uint64_t bound_bytes_ = 0;
-};
-
-GptOssLayerWeights bind_layer(const Binder& b, const GptOssConfig& c, int64_t l) {
+GptOssLayerWeights bind_layer(const WeightBinder& b, const GptOssConfig& c, int64_t l) {
   const std::string p = "model.layers." + std::to_string(l) + ".";
   const int64_t D = c.hidden, qw = c.n_heads * c.head_dim, kvw = c.n_kv_heads * c.head_dim;
   const int64_t E = c.n_experts, I = c.inter;
@@ -217,7 +110,7 @@ GptOssLayerWeights bind_layer(const Binder& b, const GptOssConfig& c, int64_t l)
 
 GptOssWeights bind_gpt_oss_weights(const Checkpoint& ck, const Detection& det, const Plan& plan,
                                    const GptOssConfig& cfg, const LoadOptions& options) {
-  Binder b(ck, det, plan, options);
+  WeightBinder b(ck, det, plan, options, gpt_oss_tensor_group);
   GptOssWeights w;
   const DetectedTensor& embed = b.matrix("model.embed_tokens", cfg.vocab_size, cfg.hidden, "vocab_size x hidden_size");
   w.embed = weight_view(embed);
