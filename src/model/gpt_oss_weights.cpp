@@ -100,6 +100,7 @@ GptOssLayerWeights bind_layer(const WeightBinder& b, const GptOssConfig& c, int6
     moe.experts[size_t(e)].b13 = w.gate_up_bias.data() + e * 2 * I;
     moe.experts[size_t(e)].b2 = w.down_bias.data() + e * D;
   }
+  if (!first) fail(b.path(), ": layer ", l, " has no experts (num_local_experts ", E, ")");
   w.moe_fn = b.moe_kernel(*first);
   check_moe_weights(moe);
   return w;
