@@ -13,6 +13,7 @@
 
 #include "device/cuda_device.h"
 #include "format/element.h"
+#include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/linear_mma.h"
 #include "kernels/cuda/moe_router.h"
 #include "kernels/cuda/moe_w4a16.h"
@@ -25,9 +26,7 @@ namespace nibble {
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("bench --device cuda: ", what, ": ", cudaGetErrorString(e));
-}
+constexpr CudaCheck check{"bench --device cuda"};
 
 // Device allocations freed at scope exit.
 struct Arena {

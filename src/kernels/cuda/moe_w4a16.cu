@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/moe_w4a16.cuh"
 #include "util/error.h"
 
@@ -16,22 +17,7 @@ using namespace w4a16;
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("moe_w4a16: ", what, ": ", cudaGetErrorString(e));
-}
-
-// Device buffer freed on scope exit (the host round trip's only state).
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  explicit DeviceBuffer(size_t n, const T* host = nullptr) {
-    check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-    if (host && n) check(cudaMemcpy(p, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+constexpr CudaCheck check{"moe_w4a16"};
 
 }  // namespace
 
