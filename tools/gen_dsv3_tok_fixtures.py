@@ -11,8 +11,11 @@ pipeline (tools/dsv4_tokenizer.py, whose patterns are V3's) and V3's added
 tokens on top.
 
 The chat template is the one of deepseek-ai/DeepSeek-V3's
-tokenizer_config.json (the December 2024 release; read in a third-party
-copy, not downloaded), rendered with jinja2 under transformers' settings.
+tokenizer_config.json (the December 2024 release), and for thinking mode
+DeepSeek-R1's (its January 2025 release, as huggingface.js's template tests
+copy it: calls and content in one turn, history reasoning cut at
+</think>); both read in third-party copies, not downloaded, and rendered
+with jinja2 under transformers' settings.
 
 Writes tests/fixtures/tokenizer/dsv3_tokenizer.json, dsv3_cases.json
 (encode/decode cases, checked by tokenizers) and dsv3_chat_cases.json.
@@ -68,9 +71,37 @@ DSV3_TEMPLATE = (
     r"""{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %}""")
 
 
-def render(messages: list[dict]) -> str:
+R1_TEMPLATE = (
+    r"""{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"""
+    r"""{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='', is_first_sp=true) %}"""
+    r"""{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}"""
+    r"""{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}"""
+    r"""{%- else %}{% set ns.system_prompt = ns.system_prompt + '\n\n' + message['content'] %}{%- endif %}"""
+    r"""{%- endif %}{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}"""
+    r"""{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}{%- endif %}"""
+    r"""{%- if message['role'] == 'assistant' and 'tool_calls' in message %}{%- set ns.is_tool = false -%}"""
+    r"""{%- for tool in message['tool_calls'] %}{%- if not ns.is_first %}{%- if message['content'] is none %}"""
+    r"""{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}"""
+    r"""{%- else %}{{'<｜Assistant｜>' + message['content'] + '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}"""
+    r"""{%- endif %}{%- set ns.is_first = true -%}{%- else %}"""
+    r"""{{'\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}"""
+    r"""{%- endif %}{%- endfor %}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}"""
+    r"""{%- if message['role'] == 'assistant' and 'tool_calls' not in message %}{%- if ns.is_tool %}"""
+    r"""{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{%- set ns.is_tool = false -%}"""
+    r"""{%- else %}{% set content = message['content'] %}{% if '</think>' in content %}"""
+    r"""{% set content = content.split('</think>')[-1] %}{% endif %}"""
+    r"""{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}"""
+    r"""{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{%- if ns.is_output_first %}"""
+    r"""{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}"""
+    r"""{%- set ns.is_output_first = false %}{%- else %}"""
+    r"""{{'<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}{%- endif %}"""
+    r"""{%- endfor -%}{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}"""
+    r"""{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %}""")
+
+
+def render(messages: list[dict], template: str = DSV3_TEMPLATE) -> str:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    return env.from_string(DSV3_TEMPLATE).render(messages=messages, bos_token=dsv4_tokenizer.BOS,
+    return env.from_string(template).render(messages=messages, bos_token=dsv4_tokenizer.BOS,
                                                   eos_token=dsv4_tokenizer.EOS, add_generation_prompt=True)
 
 
@@ -99,6 +130,11 @@ def conversations() -> list[dict]:
             u("a"), calls(call("f", "{}")), t("r1", "call_f"), a("ok"), u("b"), calls(call("g", '{"x": 1}')),
             t("r2", "call_g")]},
         {"name": "markers_and_whitespace", "messages": [s("  lead\n"), u("x <｜User｜> y\n\n z  ")]},
+        {"name": "history_reasoning", "messages": [
+            u("Hi"), a("<think>greet back</think>Hello!"), u("2+2?"), a("<think>a</think>b</think>4"), u("ok")]},
+        {"name": "calls_with_content", "messages": [
+            u("w?"), {"role": "assistant", "content": "Checking.", "tool_calls": [call("get_weather", '{"c": 1}')]},
+            t("sun", "call_get_weather"), t("also sun", "call_get_weather"), a("Sunny.")]},
     ]
 
 
@@ -114,7 +150,9 @@ def main() -> None:
     chats = []
     for conv in conversations():
         prompt = render(conv["messages"])
-        chats.append({**conv, "prompt": prompt, "ids": tok.encode(prompt, add_special_tokens=False).ids})
+        r1 = render(conv["messages"], R1_TEMPLATE)
+        chats.append({**conv, "prompt": prompt, "ids": tok.encode(prompt, add_special_tokens=False).ids,
+                      "prompt_r1": r1, "ids_r1": tok.encode(r1, add_special_tokens=False).ids})
     base.write_json(OUT / "dsv3_chat_cases.json", {"template": "DeepSeek-V3", "conversations": chats})
     print(f"dsv3 fixtures: {len(strings)} strings, {len(chats)} conversations, vocab {tok.get_vocab_size()}")
 

@@ -391,6 +391,11 @@ struct HttpServer::Impl {
   // The chat prompt's ids in the model's chat format (tokenizer/chat_format.h).
   std::vector<int32_t> chat_prompt(const GenerationRequest& r, ChoiceOptions& co) {
     if (chat_format == ChatFormatKind::Harmony) return harmony_prompt(r, co);
+    // Kimi K2's and DeepSeek-V3's formats have no streaming reply parser
+    // here yet; refused rather than prompted in DeepSeek-V4's format.
+    if (chat_format != ChatFormatKind::DeepSeekV4)
+      bad_request("messages", "the model's chat format ", chat_format_name(chat_format),
+                  " is not served yet (`nibble chat` and `nibble run --chat` use it)");
     return engine().tokenize(dsv4_prompt(r, co), /*allow_special=*/true);
   }
 

@@ -44,7 +44,8 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 
 }  // namespace
 
-std::string encode_dsv3_chat(std::span<const ChatMessage> messages) {
+std::string encode_dsv3_chat(std::span<const ChatMessage> messages, Dsv3Template tmpl) {
+  const bool r1 = tmpl == Dsv3Template::R1;
   std::string out(kBos);
   bool first_system = true;
   for (const ChatMessage& m : messages) {
@@ -61,6 +62,22 @@ std::string encode_dsv3_chat(std::span<const ChatMessage> messages) {
       in_tool = false;
       out += kUser;
       out += m.content;
+    } else if (r1 && m.role == ChatRole::Assistant && !m.tool_calls.empty()) {
+      // R1: 'tool_calls' in message; content (if any) before the first call.
+      in_tool = false;
+      for (const ToolCall& c : m.tool_calls) {
+        if (first_call) {
+          out += kAssistant;
+          out += m.content;
+          out += kCallsBegin;
+          first_call = false;
+        } else {
+          out += '\n';
+        }
+        append_call(out, c);
+      }
+      out += kCallsEnd;
+      out += kEos;
     } else if (m.role == ChatRole::Assistant && m.content.empty() && !m.tool_calls.empty()) {
       // The template's "content is none" branch: a message of calls only.
       in_tool = false;
@@ -78,8 +95,14 @@ std::string encode_dsv3_chat(std::span<const ChatMessage> messages) {
         }
       }
     } else if (m.role == ChatRole::Assistant) {
+      std::string_view content = m.content;
+      if (r1 && !in_tool) {
+        // R1 drops a history answer's reasoning: what follows the last </think>.
+        const size_t cut = content.rfind("</think>");
+        if (cut != std::string_view::npos) content.remove_prefix(cut + 8);
+      }
       out += in_tool ? kOutputsEnd : kAssistant;
-      out += m.content;
+      out += content;
       out += kEos;
       in_tool = false;
     } else if (m.role == ChatRole::Tool) {
@@ -87,7 +110,7 @@ std::string encode_dsv3_chat(std::span<const ChatMessage> messages) {
       if (first_output) {
         out += kOutputsBegin;
         first_output = false;
-      } else {
+      } else if (!r1) {
         out += '\n';
       }
       out += kOutputBegin;
@@ -103,7 +126,24 @@ std::string encode_dsv3_chat(std::span<const ChatMessage> messages) {
   return out;
 }
 
-ParsedCompletion parse_dsv3_completion(std::string_view text, bool require_end) {
+ParsedCompletion parse_dsv3_completion(std::string_view text, bool require_end, bool thinking) {
+  if (thinking) {
+    constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+    const size_t close = text.find(kClose);
+    std::string_view reasoning = text.substr(0, close);
+    if (starts_with(reasoning, kOpen)) reasoning.remove_prefix(kOpen.size());
+    if (close == std::string_view::npos) {
+      const size_t eos = reasoning.find(kEos);
+      if (eos == std::string_view::npos && require_end) fail("DeepSeek-R1 reply: no ", kEos, " at the end");
+      ParsedCompletion pc;
+      pc.finished = eos != std::string_view::npos;
+      pc.reasoning_content = std::string(trim(reasoning.substr(0, eos)));
+      return pc;
+    }
+    ParsedCompletion pc = parse_dsv3_completion(trim(text.substr(close + kClose.size())), require_end, false);
+    pc.reasoning_content = std::string(trim(reasoning));
+    return pc;
+  }
   ParsedCompletion pc;
   const size_t end = text.find(kEos);
   std::string_view body = text;

@@ -25,6 +25,14 @@
 // (V3's template has no tool definitions); a developer message counts as a
 // system one (the template has no such role). Reasoning is dropped.
 //
+// DeepSeek-R1 (same architecture, same tokens) has its own template, used
+// here in thinking mode: a turn's calls follow its content
+// ("<｜Assistant｜>CONTENT<｜tool▁calls▁begin｜>.."), every call turn closes
+// with <｜tool▁calls▁end｜><｜end▁of▁sentence｜>, tool outputs are not
+// separated by "\n", and a history answer keeps only what follows its last
+// "</think>". (That is R1's January 2025 template; its later revision also
+// opens the reply with "<think>\n", not done here.)
+//
 // The prompt is encoded with special tokens allowed (it carries BOS).
 #pragma once
 
@@ -36,13 +44,18 @@
 
 namespace nibble {
 
-std::string encode_dsv3_chat(std::span<const ChatMessage> messages);
+enum class Dsv3Template { V3, R1 };
+
+std::string encode_dsv3_chat(std::span<const ChatMessage> messages, Dsv3Template tmpl = Dsv3Template::V3);
 
 // Parses the text generated after the prompt: content, optionally the
 // calls <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME
 // \n```json\nARGS\n```<｜tool▁call▁end｜>..<｜tool▁calls▁end｜>, then
 // <｜end▁of▁sentence｜>. With require_end false a text cut off is accepted
 // (finished false; a call cut off is left out). Malformed calls throw.
-ParsedCompletion parse_dsv3_completion(std::string_view text, bool require_end = true);
+// With `thinking` (R1) the text up to "</think>" is the reasoning (an
+// opening "<think>" left out) and the rest is parsed as above; a reply
+// cut off before "</think>" is all reasoning.
+ParsedCompletion parse_dsv3_completion(std::string_view text, bool require_end = true, bool thinking = false);
 
 }  // namespace nibble

@@ -85,13 +85,15 @@ class Dsv3Format : public ChatFormat {
  public:
   explicit Dsv3Format(TokenizeFn tokenize) : tokenize_(std::move(tokenize)) {}
   ChatFormatKind kind() const override { return ChatFormatKind::DeepSeekV3; }
-  std::vector<int32_t> encode(std::span<const ChatMessage> messages, const ChatOptions&) const override {
-    return tokenize_(encode_dsv3_chat(messages), /*allow_special=*/true);  // the text carries BOS
+  // Thinking mode renders DeepSeek-R1's template (same architecture).
+  std::vector<int32_t> encode(std::span<const ChatMessage> messages, const ChatOptions& o) const override {
+    const Dsv3Template t = o.mode == ThinkingMode::Thinking ? Dsv3Template::R1 : Dsv3Template::V3;
+    return tokenize_(encode_dsv3_chat(messages, t), /*allow_special=*/true);  // the text carries BOS
   }
-  ParsedCompletion parse(std::string_view reply, const ChatOptions&) const override {
-    return parse_dsv3_completion(reply, /*require_end=*/false);
+  ParsedCompletion parse(std::string_view reply, const ChatOptions& o) const override {
+    return parse_dsv3_completion(reply, /*require_end=*/false, o.mode == ThinkingMode::Thinking);
   }
-  bool reasons(const ChatOptions&) const override { return false; }
+  bool reasons(const ChatOptions& o) const override { return o.mode == ThinkingMode::Thinking; }
   std::vector<int32_t> stop_tokens() const override { return {}; }  // EOS is the model's own
 
  private:

@@ -35,11 +35,15 @@ std::vector<ChatMessage> messages_of(const json& conv) {
 TEST(Dsv3Chat, PromptsMatchThePublishedTemplate) {
   const Tokenizer tok = Tokenizer::from_file(test::fixture_path("dsv3_tokenizer.json"));
   const json data = test::read_fixture("dsv3_chat_cases.json");
-  ASSERT_EQ(data["conversations"].size(), 8u);
+  ASSERT_EQ(data["conversations"].size(), 10u);
   for (const auto& conv : data["conversations"]) {
     const std::string text = encode_dsv3_chat(messages_of(conv));
     EXPECT_EQ(text, conv["prompt"].get<std::string>()) << conv["name"];
     EXPECT_EQ(tok.encode(text), test::ids_of(conv["ids"])) << conv["name"];
+    // DeepSeek-R1's template on the same conversations.
+    const std::string r1 = encode_dsv3_chat(messages_of(conv), Dsv3Template::R1);
+    EXPECT_EQ(r1, conv["prompt_r1"].get<std::string>()) << conv["name"] << " (R1)";
+    EXPECT_EQ(tok.encode(r1), test::ids_of(conv["ids_r1"])) << conv["name"] << " (R1)";
   }
   auto tokenize = [&tok](const std::string& s, bool special) { return tok.encode(s, special); };
   EXPECT_EQ(detect_chat_format("DeepseekV3ForCausalLM", tokenize), ChatFormatKind::DeepSeekV3);
@@ -48,6 +52,9 @@ TEST(Dsv3Chat, PromptsMatchThePublishedTemplate) {
   EXPECT_STREQ(f->name(), "deepseek-v3");
   const auto& conv = data["conversations"][5];
   EXPECT_EQ(f->encode(messages_of(conv), {}), test::ids_of(conv["ids"]));
+  ChatOptions thinking;
+  thinking.mode = ThinkingMode::Thinking;
+  EXPECT_EQ(f->encode(messages_of(conv), thinking), test::ids_of(conv["ids_r1"]));
   EXPECT_TRUE(f->stop_tokens().empty());
 }
 
@@ -73,6 +80,15 @@ TEST(Dsv3Reply, ContentAndCalls) {
   ASSERT_EQ(pc.tool_calls.size(), 1u);
   EXPECT_FALSE(pc.finished);
   EXPECT_THROW(parse_dsv3_completion("no end"), Error);
+  // R1: reasoning to </think>, then the answer.
+  pc = parse_dsv3_completion("<think>\nadd them\n</think>\n\n4<｜end▁of▁sentence｜>", true, /*thinking=*/true);
+  EXPECT_EQ(pc.reasoning_content, "add them");
+  EXPECT_EQ(pc.content, "4");
+  EXPECT_TRUE(pc.finished);
+  pc = parse_dsv3_completion("<think>\nstill thinking", false, true);
+  EXPECT_EQ(pc.reasoning_content, "still thinking");
+  EXPECT_EQ(pc.content, "");
+  EXPECT_FALSE(pc.finished);
   EXPECT_THROW(parse_dsv3_completion("<｜tool▁calls▁begin｜>junk<｜end▁of▁sentence｜>"), Error);
   EXPECT_THROW(parse_dsv3_completion("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f {}"
                                      "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>"),

@@ -118,8 +118,9 @@ TEST_F(KimiTokenizer, DecodeOfRandomIdsMatchesTiktokenReplace) {
 TEST(KimiEncodeCuts, CutsLongRunsAsKimisEncodeDoes) {
   // Runs of more than 25,000 characters of one kind are cut every 25,000;
   // a change of kind restarts the count. Characters, not bytes: 中 is 3.
-  const std::string spaces(25'001, ' ');
-  auto cuts = kimi_encode_cuts(spaces + "x");
+  // (The cuts are views: each text outlives them.)
+  const std::string spaces = std::string(25'001, ' ') + "x";
+  auto cuts = kimi_encode_cuts(spaces);
   ASSERT_EQ(cuts.size(), 2u);
   EXPECT_EQ(cuts[0].size(), 25'000u);
   EXPECT_EQ(cuts[1], " x");
