@@ -9,6 +9,7 @@
 #include "checkpoint/skeleton.h"
 #include "device/device.h"
 #include "model/registry.h"
+#include "support/run_nibble.h"
 #include "support/temp_dir.h"
 
 namespace nibble {
@@ -90,6 +91,22 @@ void check(const std::string& which, const Dims& dims, double published_b, doubl
   EXPECT_NEAR(double(plan.params) / 1e9, published_b, tolerance_b);
   EXPECT_EQ(plan.bytes_per_token, e.bytes_per_token);
   EXPECT_DOUBLE_EQ(plan.bound_tokens_per_s, 100e9 / double(e.bytes_per_token));
+  // `nibble explain --json` prints the same numbers, the model as runnable,
+  // and whether its MTP layer drafts.
+  test::RunResult r = test::run_nibble({"explain", dir.str(), "--json", "--bandwidth", "100", "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"]["architecture"], "DeepseekV3ForCausalLM");
+  EXPECT_EQ(j["model"]["params"].get<uint64_t>(), e.params);
+  EXPECT_EQ(j["model"]["mtp_params"].get<uint64_t>(), e.mtp_params);
+  EXPECT_EQ(j["bytes_per_token"].get<uint64_t>(), e.bytes_per_token);
+  EXPECT_DOUBLE_EQ(j["bound_tokens_per_s"].get<double>(), 100e9 / double(e.bytes_per_token));
+  EXPECT_EQ(j["runnable"], true);
+  EXPECT_EQ(j["speculative"]["mtp_layer"], dims.mtp > 0);
+  if (dims.mtp > 0) {
+    EXPECT_NE(j["speculative"]["why"].get<std::string>().find("does not run DeepSeek-V3's MTP layer"),
+              std::string::npos);
+  }
   std::printf("%s: %.3fB parameters (+%.3fB MTP), %.3f GB per token, bound %.2f tokens/s at 100 GB/s\n",
               which.c_str(), double(plan.params) / 1e9, double(plan.mtp_params) / 1e9,
               double(plan.bytes_per_token) / 1e9, plan.bound_tokens_per_s);
