@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/device_buffer.cuh"
 #include "kernels/cuda/linear_mma.cuh"
 #include "util/error.h"
 
@@ -16,9 +17,7 @@ using namespace mma;
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("linear_mma: ", what, ": ", cudaGetErrorString(e));
-}
+constexpr CudaCheck check{"linear_mma"};
 
 __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, int64_t cols, int64_t ld,
                                uint16_t* __restrict__ out) {
@@ -28,18 +27,6 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, int64_t c
     out[i] = c < cols ? __bfloat16_as_ushort(__float2bfloat16_rn(x[r * cols + c])) : uint16_t(0);
   }
 }
-
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  explicit DeviceBuffer(size_t n, const T* host = nullptr) {
-    check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-    if (host && n) check(cudaMemcpy(p, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/device_buffer.cuh"
 #include "util/error.h"
 
 namespace nibble {
@@ -18,9 +19,7 @@ constexpr int kRouteThreads = 256;
 constexpr int kMaxExperts = 4096;
 constexpr int kMaxTopK = 32;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("moe_router: ", what, ": ", cudaGetErrorString(e));
-}
+constexpr CudaCheck check{"moe_router"};
 
 struct RouteParams {
   const float* logits;
@@ -196,24 +195,6 @@ __global__ void combine_kernel(const float* __restrict__ y_assign, const int32_t
     y[t * hidden + d] = acc;
   }
 }
-
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  explicit DeviceBuffer(size_t n, const T* host = nullptr) {
-    check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-    if (host && n) check(cudaMemcpy(p, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-    else check(cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(T)), "cudaMemset");
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  std::vector<T> download(size_t n) const {
-    std::vector<T> v(n);
-    if (n) check(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-    return v;
-  }
-};
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/moe_w4a16.cuh"
 #include "util/error.h"
 
@@ -14,9 +15,7 @@ namespace nibble {
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("swiglu: ", what, ": ", cudaGetErrorString(e));
-}
+constexpr CudaCheck check{"swiglu"};
 
 __global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t n, int64_t inter,
                               int64_t ld, float limit, uint16_t* __restrict__ h) {
