@@ -8,127 +8,24 @@
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
 #include "model/deepseek_v3_layout.h"
+#include "model/weight_binder.h"
 #include "util/error.h"
 
 namespace nibble {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
+using Binder = WeightBinder;
+
+// A matrix of any format dequantized to f32 [rows, cols] (kv_b_proj, read
+// per head by the absorbed attention).
+std::vector<float> dense_f32(const Binder& b, const std::string& base, int64_t rows, int64_t cols,
+                             const std::string& why) {
+  const WeightView w = weight_view(b.matrix(base, rows, cols, why));
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(w, r, out.data() + r * cols);
+  return out;
 }
-
-// Finds detected tensors by name, checks their shapes against config.json,
-// and hands out views bound to the plan's kernels.
-class Binder {
- public:
-  Binder(const Checkpoint& ck, const Detection& det, const Plan& plan, const DeepseekV3Config& cfg,
-         const LoadOptions& options)
-      : ck_(ck), plan_(plan), cfg_(cfg), options_(options) {
-    for (const auto& t : det.tensors) by_name_[t.name] = &t;
-    for (const auto& g : plan.groups) total_bytes_ += g.bytes;
-  }
-
-  // Detection names a weight by its base ("...q_a_proj"), a vector by its full name.
-  const DetectedTensor* find(const std::string& name) const {
-    auto it = by_name_.find(name);
-    return it == by_name_.end() ? nullptr : it->second;
-  }
-
-  // Weight matrix `base` (base.weight, + weight_scale_inv, or the
-  // compressed-tensors weight_packed / weight_scale / weight_shape) of
-  // logical shape [rows, cols].
-  const DetectedTensor& matrix(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor* t = find(base);
-    if (!t) fail(ck_.path(), ": tensor ", base, ".weight is missing (", why, ")");
-    if (!t->is_matrix) {
-      if (!t->unsupported.empty()) fail(ck_.path(), ": tensor ", base, " uses ", t->unsupported, ", which nibble cannot run");
-      fail(ck_.path(), ": tensor ", t->parts[0]->name, " (", dtype_name(t->parts[0]->dtype), " ",
-           t->parts[0]->shape_str(), ") is not a weight matrix in a format nibble runs");
-    }
-    if (t->rows != rows || t->cols != cols)
-      fail(ck_.path(), ": tensor ", t->parts[0]->name, " ", t->parts[0]->shape_str(), " holds a matrix of ",
-           shape_str({t->rows, t->cols}), " but config.json implies ", shape_str({rows, cols}), " (", why, ")");
-    if (!options_.skip_weight_check) check_weight_codes(weight_view(*t));
-    if (options_.on_progress) {
-      bound_bytes_ += t->bytes;
-      options_.on_progress(std::min(bound_bytes_, total_bytes_), total_bytes_);
-    }
-    return *t;
-  }
-
-  BoundLinear linear(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor& t = matrix(base, rows, cols, why);
-    return BoundLinear{weight_view(t), linear_kernel(t)};
-  }
-
-  LinearFn linear_kernel(const DetectedTensor& t) const {
-    const std::string group = deepseek_v3_tensor_group(t.name, cfg_.n_layers).name;
-    for (const auto& g : plan_.groups)
-      if (g.group == group && g.format == t.format && g.has_op && g.op == Op::linear && g.selection.chosen &&
-          g.selection.chosen->linear)
-        return g.selection.chosen->linear;
-    fail(ck_.path(), ": no linear kernel can run tensor ", t.name, " (", format_name(t.format), ", group ", group,
-         ") on ", plan_.device.name);
-  }
-
-  MoeFn moe_kernel(const DetectedTensor& t) const {
-    const std::string group = deepseek_v3_tensor_group(t.name, cfg_.n_layers).name;
-    for (const auto& g : plan_.groups)
-      if (g.group == group && g.format == t.format && g.has_op && g.op == Op::moe && g.selection.chosen &&
-          g.selection.chosen->moe)
-        return g.selection.chosen->moe;
-    fail(ck_.path(), ": no MoE kernel can run ", group, " (", format_name(t.format), ", tensor ", t.name, ") on ",
-         plan_.device.name);
-  }
-
-  // A BF16 / F32 tensor of exactly `shape`, as f32.
-  std::vector<float> vec(const std::string& name, std::vector<int64_t> shape, const std::string& why) const {
-    const DetectedTensor* t = find(name);
-    if (!t && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0)
-      t = find(name.substr(0, name.size() - 7));
-    if (!t) fail(ck_.path(), ": tensor ", name, " is missing (", why, ")");
-    const TensorInfo& ti = *t->parts[0];
-    if (ti.shape != shape)
-      fail(ck_.path(), ": tensor ", ti.name, " has shape ", ti.shape_str(), " but config.json implies ", shape_str(shape),
-           " (", why, ")");
-    std::vector<float> out(size_t(ti.numel()));
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (ti.dtype == DType::F32) std::memcpy(&out[i], ti.data + i * 4, 4);
-      else if (ti.dtype == DType::BF16) {
-        uint16_t h;
-        std::memcpy(&h, ti.data + i * 2, 2);
-        out[i] = bf16_decode(h);
-      } else {
-        fail(ck_.path(), ": tensor ", ti.name, " has dtype ", dtype_name(ti.dtype), "; expected BF16 or F32");
-      }
-    }
-    return out;
-  }
-
-  // A matrix of any format dequantized to f32 [rows, cols] (kv_b_proj).
-  std::vector<float> dense_f32(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const WeightView w = weight_view(matrix(base, rows, cols, why));
-    std::vector<float> out(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) dequantize_row(w, r, out.data() + r * cols);
-    return out;
-  }
-
-  void finish_progress() const {
-    if (options_.on_progress) options_.on_progress(total_bytes_, total_bytes_);
-  }
-
- private:
-  const Checkpoint& ck_;
-  const Plan& plan_;
-  const DeepseekV3Config& cfg_;
-  const LoadOptions& options_;
-  std::map<std::string, const DetectedTensor*> by_name_;
-  uint64_t total_bytes_ = 0;
-  mutable uint64_t bound_bytes_ = 0;
-};
 
 Dsv3Mlp bind_mlp(const Binder& b, const std::string& p, int64_t D, int64_t W, const std::string& why) {
   Dsv3Mlp m;
@@ -151,7 +48,7 @@ Dsv3Attention bind_attention(const Binder& b, const DeepseekV3Config& c, const s
   }
   w.kv_a = b.linear(a + "kv_a_proj_with_mqa", C + c.qk_rope, D, "kv_lora_rank+qk_rope_head_dim x hidden_size");
   w.kv_a_norm = b.vec(a + "kv_a_layernorm.weight", {C}, "kv_lora_rank");
-  w.kv_b = b.dense_f32(a + "kv_b_proj", H * (c.qk_nope + c.v_head_dim), C,
+  w.kv_b = dense_f32(b, a + "kv_b_proj", H * (c.qk_nope + c.v_head_dim), C,
                        "num_attention_heads*(qk_nope_head_dim+v_head_dim) x kv_lora_rank");
   w.o = b.linear(a + "o_proj", D, H * c.v_head_dim, "hidden_size x num_attention_heads*v_head_dim");
   return w;
@@ -229,7 +126,9 @@ Dsv3MtpWeights bind_mtp(const Binder& b, const DeepseekV3Config& c, int64_t l) {
 
 Dsv3Weights bind_deepseek_v3_weights(const Checkpoint& ck, const Detection& det, const Plan& plan,
                                      const DeepseekV3Config& cfg, const LoadOptions& options) {
-  Binder b(ck, det, plan, cfg, options);
+  const int64_t n_layers = cfg.n_layers;
+  Binder b(ck, det, plan, options,
+           [n_layers](const std::string& name, Format) { return deepseek_v3_tensor_group(name, n_layers); });
   Dsv3Weights w;
   const DetectedTensor& embed = b.matrix("model.embed_tokens", cfg.vocab_size, cfg.hidden, "vocab_size x hidden_size");
   w.embed = weight_view(embed);
