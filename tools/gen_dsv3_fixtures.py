@@ -362,8 +362,22 @@ def build(fx):
         if err > 1e-5:
             raise RuntimeError(f"{name}: HF cached decode differs from its full forward by {err:.3g}")
 
+    # The greedy path `nibble run --tokens` must print: argmax of full
+    # forwards, each step's top-2 gap well above the logits' rounding.
+    with torch.no_grad():
+        ids = entries[0]["tokens"][:8]
+        cont = []
+        for _ in range(6):
+            last = model(torch.tensor([ids + cont]), use_cache=False).logits[0, -1].float()
+            top = torch.topk(last, 2)
+            gap = float((top.values[0] - top.values[1]) / last.abs().max())
+            if gap < 1e-3:
+                raise RuntimeError(f"{name}: greedy step {len(cont)} has a top-2 gap of {gap:.3g}")
+            cont.append(int(top.indices[0]))
+
     manifest = {
         "fixture": name, "format": fx["fmt"], "vocab_size": fx["vocab"], "sequences": entries,
+        "greedy": {"prompt": ids, "continuation": cont},
         "min_routing_margin": min_margin, "hf_incremental_rel_err": err,
         "softmax_scale": float(model.model.layers[0].self_attn.scaling),
         "attention_factor": float(model.model.rotary_emb.attention_scaling),

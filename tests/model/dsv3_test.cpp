@@ -23,6 +23,7 @@
 #include "kernels/registry.h"
 #include "model/deepseek_v3.h"
 #include "model/deepseek_v3_attention.h"
+#include "support/run_nibble.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
 
@@ -280,6 +281,24 @@ TEST_P(Dsv3Hf, TruncateAndFork) {
   EXPECT_EQ(std::memcmp(fork_got.data(), ab_ref.data() + p * V, fork_got.size() * 4), 0);
   EXPECT_EQ(std::memcmp(origin_got.data(), ref.data() + p * V, origin_got.size() * 4), 0);
   EXPECT_THROW(m->truncate(*origin, n + 1), Error);
+}
+
+// `nibble run --tokens` on a checkpoint without a tokenizer: greedy ids
+// equal transformers' argmax path (recorded by the generator with a top-2
+// gap above 1e-3 of the largest logit at every step).
+TEST_P(Dsv3Hf, RunTokensPrintsTransformersGreedyPath) {
+  const nlohmann::json g = load_dsv3_expected(GetParam()).manifest.at("greedy");
+  std::string prompt, want;
+  for (const auto& t : g.at("prompt")) prompt += (prompt.empty() ? "" : ",") + std::to_string(t.get<int>());
+  for (const auto& t : g.at("continuation")) want += (want.empty() ? "" : ",") + std::to_string(t.get<int>());
+  const size_t n = g.at("continuation").size();
+  test::RunResult r = test::run_nibble({"run", ddir(GetParam()), "--tokens", prompt, "-n", std::to_string(n), "--temp",
+                                        "0", "--moe-backend", "cpu_ref", "--linear-backend", "cpu_ref"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, want + "\n") << r.err;
+  test::RunResult text = test::run_nibble({"run", ddir(GetParam()), "-p", "hello"});
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.err.find("no tokenizer.json"), std::string::npos) << text.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Dsv3Hf, ::testing::ValuesIn(dsv3_fixtures()));
