@@ -37,9 +37,28 @@ const json& member(const json& obj, const char* key, const std::string& where) {
   return obj.at(key);
 }
 
-// One template's tensors with their names relative to the group prefix.
-std::vector<TensorSpec> expand_template(const json& tp, const std::string& tp_name,
-                                        const std::string& where) {
+// The little-endian bytes of a template tensor's stated values (an I64 /
+// I32 tensor such as compressed-tensors' weight_shape, which detection
+// reads: a sparse all-zero one would contradict its weight_packed).
+std::string value_bytes(const json& values, const TensorSpec& t, const std::string& at) {
+  const size_t width = t.dtype == DType::I64 ? 8 : t.dtype == DType::I32 ? 4 : 0;
+  int64_t numel = 1;
+  for (int64_t d : t.shape) numel *= d;
+  if (!width || !values.is_array() || int64_t(values.size()) != numel)
+    fail(at, ": tensor ", t.name, ": values are for I64 / I32 tensors, one integer per element");
+  std::string out;
+  for (const auto& v : values) {
+    if (!v.is_number_integer()) fail(at, ": tensor ", t.name, ": value ", v.dump(), " is not an integer");
+    const int64_t x = v.get<int64_t>();
+    for (size_t b = 0; b < width; ++b) out.push_back(char(uint64_t(x) >> (8 * b) & 0xff));
+  }
+  return out;
+}
+
+// One template's tensors with their names relative to the group prefix;
+// `values` receives the bytes of those that state their values.
+std::vector<TensorSpec> expand_template(const json& tp, const std::string& tp_name, const std::string& where,
+                                        std::map<std::string, std::string>& values) {
   const std::string at = where + ": template " + tp_name;
   int64_t repeat = 1;
   if (tp.contains("repeat")) {
@@ -57,8 +76,9 @@ std::vector<TensorSpec> expand_template(const json& tp, const std::string& tp_na
   for (int64_t i = 0; i < repeat; ++i) {
     std::string sub = replace_all(prefix, "{i}", std::to_string(i));
     for (const auto& e : tensors) {
-      if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !e[1].is_string() || !e[2].is_array())
-        fail(at, ": entries must be [name, dtype, shape], got ", e.dump());
+      if (!e.is_array() || (e.size() != 3 && e.size() != 4) || !e[0].is_string() || !e[1].is_string() ||
+          !e[2].is_array())
+        fail(at, ": entries must be [name, dtype, shape] or [name, dtype, shape, values], got ", e.dump());
       auto dtype = parse_dtype(e[1].get<std::string>());
       if (!dtype) fail(at, ": tensor ", e[0].get<std::string>(), ": unknown dtype ", e[1].dump());
       TensorSpec t{sub + e[0].get<std::string>(), *dtype, {}};
@@ -66,6 +86,7 @@ std::vector<TensorSpec> expand_template(const json& tp, const std::string& tp_na
         if (!d.is_number_unsigned()) fail(at, ": tensor ", t.name, ": bad shape ", e[2].dump());
         t.shape.push_back(d.get<int64_t>());
       }
+      if (e.size() == 4) values[t.name] = value_bytes(e[3], t, at);
       out.push_back(std::move(t));
     }
   }
@@ -138,8 +159,10 @@ json expand_file(const json& j, const std::string& at) {
   return j;
 }
 
-// Writes the header and extends the file to its full size without data.
-void write_sparse_shard(const std::string& path, const SafetensorsLayout& lay) {
+// Writes the header, the stated values at their tensors' offsets, and
+// extends the file to its full size without other data.
+void write_sparse_shard(const std::string& path, const SafetensorsLayout& lay, const std::vector<TensorSpec>& specs,
+                        const std::map<std::string, std::string>& values) {
   std::string tmp = path + ".partial";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(tmp, ": cannot create: ", std::strerror(errno));
@@ -154,6 +177,16 @@ void write_sparse_shard(const std::string& path, const SafetensorsLayout& lay) {
       fail(tmp, ": write failed: ", std::strerror(err));
     }
     done += size_t(w);
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto v = values.find(specs[i].name);
+    if (v == values.end()) continue;
+    if (::pwrite(fd, v->second.data(), v->second.size(), off_t(lay.offsets[i])) != ssize_t(v->second.size())) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail(tmp, ": write of tensor ", specs[i].name, " failed: ", std::strerror(err));
+    }
   }
   if (::ftruncate(fd, off_t(lay.file_size)) != 0) {
     int err = errno;
@@ -198,12 +231,15 @@ SkeletonSummary write_skeleton_checkpoint(const std::string& template_path, cons
     file = replace_all(replace_all(file, "{k:05}", zero_padded(k, 5)), "{last:05}", zero_padded(shards.size() - 1, 5));
     const std::string at = where + ": shard " + file;
     std::vector<TensorSpec> specs;
+    std::map<std::string, std::string> values;  // relative name -> bytes, then full name
     for (const auto& group : shards[k]) {
       const std::string prefix = member(group, "prefix", at).get<std::string>();
       for (const auto& use : member(group, "use", at)) {
         const std::string tp_name = use.get<std::string>();
         if (!templates.contains(tp_name)) fail(at, ": uses unknown template ", tp_name);
-        for (auto& t : expand_template(templates.at(tp_name), tp_name, where)) {
+        std::map<std::string, std::string> tp_values;
+        for (auto& t : expand_template(templates.at(tp_name), tp_name, where, tp_values)) {
+          if (auto v = tp_values.find(t.name); v != tp_values.end()) values[prefix + t.name] = v->second;
           t.name = prefix + t.name;
           specs.push_back(std::move(t));
         }
@@ -212,7 +248,7 @@ SkeletonSummary write_skeleton_checkpoint(const std::string& template_path, cons
     sort_like_safetensors(specs);
     std::string path = (fs::path(dir) / file).string();
     SafetensorsLayout lay = plan_safetensors(specs, metadata, path);  // rejects duplicates in a shard
-    write_sparse_shard(path, lay);
+    write_sparse_shard(path, lay, specs, values);
     for (size_t i = 0; i < specs.size(); ++i) {
       if (!weight_map.emplace(specs[i].name, file).second)
         fail(at, ": tensor ", specs[i].name, " is already in shard ", weight_map[specs[i].name]);
@@ -263,6 +299,17 @@ std::string gpt_oss_skeleton_template(const std::string& size) {
 
 std::string write_gpt_oss_skeleton(const std::string& dir, const std::string& size) {
   write_skeleton_checkpoint(gpt_oss_skeleton_template(size), dir);
+  return dir;
+}
+
+std::string dsv3_skeleton_template(const std::string& which) {
+  if (which != "deepseek_v3" && which != "kimi_k2")
+    fail("DeepSeek-V3 skeleton: ", which, " is not deepseek_v3 or kimi_k2");
+  return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/dsv3/" + which + "_skeleton.json";
+}
+
+std::string write_dsv3_skeleton(const std::string& dir, const std::string& which) {
+  write_skeleton_checkpoint(dsv3_skeleton_template(which), dir);
   return dir;
 }
 

@@ -12,7 +12,9 @@
 //    "shards": [[{"prefix": "layers.0.", "use": [template names]}, ...], ...],
 //    "files": {"hf_quant_config.json": {...}}}   (optional)
 // Shard k holds the tensors of its groups: group prefix + template prefix
-// (with {i} = 0..repeat-1) + tensor name. Within a shard, tensors are laid out
+// (with {i} = 0..repeat-1) + tensor name. An entry may state its values,
+// [name, "I64" or "I32", shape, [integers]] (compressed-tensors'
+// weight_shape, which detection reads); every other byte is zero. Within a shard, tensors are laid out
 // in the reference library's order (sort_like_safetensors). Each entry of
 // "files" is written as a JSON file beside config.json after bash-style brace
 // expansion of its object keys and array strings ("layers.{0..42}.ffn.{w1,w2}"
@@ -63,5 +65,14 @@ std::string write_dsv4_flash_skeleton(const std::string& dir, const std::string&
 // gpt_oss_{20b,120b}_skeleton.json, written by tools/gen_gptoss_fixtures.py).
 std::string gpt_oss_skeleton_template(const std::string& size);
 std::string write_gpt_oss_skeleton(const std::string& dir, const std::string& size);
+
+// DeepSeek-V3's architecture at full size (`which` "deepseek_v3": the 671B
+// as published in FP8 block-128 with F32 weight_scale_inv and its MTP layer
+// 61; "kimi_k2": Kimi K2 Thinking, 61 layers of 384 experts with
+// compressed-tensors INT4 routed experts, everything else BF16)
+// (tests/fixtures/dsv3/{deepseek_v3,kimi_k2}_skeleton.json, written by
+// tools/gen_dsv3_fixtures.py).
+std::string dsv3_skeleton_template(const std::string& which);
+std::string write_dsv3_skeleton(const std::string& dir, const std::string& which);
 
 }  // namespace nibble

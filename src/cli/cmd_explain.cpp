@@ -32,6 +32,10 @@ namespace {
 std::string speculation_why(const Plan& plan) {
   if (plan.mtp_params == 0)
     return "The checkpoint has no MTP layer (mtp.* tensors), so it cannot: a draft needs one.";
+  if (plan.architecture == "DeepseekV3ForCausalLM")
+    return std::string("The checkpoint has an MTP layer (") + human_count(double(plan.mtp_params)) +
+           " parameters, model.layers.{num_hidden_layers}); it is loaded and validated, but nibble does not run "
+           "DeepSeek-V3's MTP layer as a draft yet.";
   return std::string("The checkpoint has an MTP layer (") + human_count(double(plan.mtp_params)) +
          " parameters), but " + kDefaultDraftWhy +
          " `nibble bench decode --spec-draft-tokens K` measures it here; GenerationParams::draft_tokens turns it on.";
@@ -138,6 +142,11 @@ void print_plan(const std::string& path, const Plan& plan, bool arch_runs, bool 
     std::printf("backend   %s: runs every op of the forward (embedding, norms, projections and biases, half-split\n"
                 "          RoPE, grouped-query attention with sinks (sliding / full), MoE with expert biases, head)\n"
                 "          with the kernels below\n\n",
+                plan.backend.c_str());
+  else if (plan.architecture == "DeepseekV3ForCausalLM")
+    std::printf("backend   %s: runs every op of the forward (embedding, norms, projections, interleaved YaRN RoPE,\n"
+                "          latent attention over a latent-only cache, dense MLP, group-limited MoE with shared\n"
+                "          experts, head) with the kernels below\n\n",
                 plan.backend.c_str());
   else
     std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"

@@ -43,6 +43,12 @@ struct MoeWeights {
   int64_t top_k = 0;       // experts per token
   WeightView gate;         // router [E, D] (BF16 in DeepSeek-V4), logits in f32
   const float* bias = nullptr;        // [E] selection-only bias (noaux_tc), or null
+  // Group-limited selection (DeepSeek-V3's noaux_tc): the E experts form
+  // n_group groups of E / n_group; a group scores the sum of its top 2
+  // (score + bias), the topk_group best groups are kept, and top_k experts
+  // are chosen among theirs. n_group <= 1 or topk_group >= n_group: no limit.
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
   // Hash routing (DeepSeek-V4 layers < num_hash_layers): tid2eid [vocab, top_k]
   // selects the experts from the token id; the router still weights them.
   const void* tid2eid = nullptr;

@@ -66,6 +66,28 @@ void check_expert(const ExpertWeights& e, const MoeWeights& w, const char* what,
   bad(e.w2, "w2", w.hidden, w.inter);
 }
 
+// HF DeepseekV3TopkRouter: group_scores = key.view(G, E/G).topk(2).values
+// .sum(); the topk_group groups of torch.topk(group_scores, sorted=False)
+// are kept and every other expert's key becomes -inf (masked_fill), so the
+// final top-k (torch.topk again) picks only from kept groups.
+void mask_to_top_groups(const MoeWeights& w, float* key) {
+  const int64_t G = w.n_group, per = w.n_experts / G;
+  thread_local std::vector<float> group_score;
+  thread_local std::vector<int32_t> kept;
+  group_score.resize(size_t(G));
+  kept.resize(size_t(w.topk_group));
+  for (int64_t g = 0; g < G; ++g) {
+    int32_t top2[2];
+    torch_topk_indices(key + g * per, per, 2, top2);
+    group_score[size_t(g)] = key[g * per + top2[0]] + key[g * per + top2[1]];
+  }
+  torch_topk_indices(group_score.data(), G, w.topk_group, kept.data());
+  std::vector<bool> keep(size_t(G), false);
+  for (int32_t g : kept) keep[size_t(g)] = true;
+  for (int64_t g = 0; g < G; ++g)
+    if (!keep[size_t(g)]) std::fill(key + g * per, key + (g + 1) * per, -INFINITY);
+}
+
 }  // namespace
 
 void check_moe_weights(const MoeWeights& w) {
@@ -78,6 +100,10 @@ void check_moe_weights(const MoeWeights& w) {
   if (w.gate.rows != w.n_experts || w.gate.cols != w.hidden)
     fail("MoE router (tensor ", w.gate.name, ") is [", w.gate.rows, ", ", w.gate.cols, "], expected [",
          w.n_experts, ", ", w.hidden, "]");
+  if (w.n_group > 1 && (w.n_experts % w.n_group != 0 || w.n_experts / w.n_group < 2 || w.topk_group < 1 ||
+                       w.top_k > std::min(w.topk_group, w.n_group) * (w.n_experts / w.n_group)))
+    fail("MoE layer: ", w.n_experts, " experts in ", w.n_group, " groups, top ", w.topk_group, " groups, top_k ",
+         w.top_k, " do not fit (groups of >= 2 experts that hold top_k)");
   if (w.tid2eid && w.tid2eid_rows <= 0) fail("MoE layer: hash-routing table with ", w.tid2eid_rows, " rows");
   for (int64_t e = 0; e < w.n_experts; ++e) check_expert(w.experts[size_t(e)], w, "expert", e);
   if (w.has_shared) check_expert(w.shared, w, "shared expert", -1);
@@ -109,6 +135,7 @@ void route_tokens(const MoeWeights& w, const float* logits, const int32_t* token
       }
     } else {
       for (int64_t e = 0; e < E; ++e) key[size_t(e)] = scores[size_t(e)] + (w.bias ? w.bias[e] : 0.0f);
+      if (w.n_group > 1 && w.topk_group < w.n_group) mask_to_top_groups(w, key.data());
       torch_topk_indices(key.data(), E, K, idx);
     }
     float* wt = out->weights.data() + t * K;

@@ -19,6 +19,7 @@
 
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_block.h"
+#include "model/deepseek_v3_attention.h"
 #include "model/deepseek_v4_hc.h"
 #include "model/forward_profile.h"
 #include "model/gpt_oss_attention.h"
@@ -110,8 +111,23 @@ class Backend {
     (void)s, (void)sinks, (void)seq, (void)q, (void)k, (void)v, (void)o, missing("gqa_attend");
   }
 
+  // ---- DeepSeek-V3 ops (model/deepseek_v3*.h) ----
+  // out = columns [c0, c0 + out.cols) of x (splitting a fused projection).
+  virtual void copy_cols(Tensor x, int64_t c0, Tensor out) { (void)x, (void)c0, (void)out, missing("copy_cols", "DeepSeek-V3"); }
+  // out = silu(gate) * up elementwise (the SwiGLU of a dense MLP); out may alias gate.
+  virtual void silu_mul(Tensor gate, Tensor up, Tensor out) { (void)gate, (void)up, (void)out, missing("silu_mul", "DeepSeek-V3"); }
+  // One sequence's latent attention (deepseek_v3_attention.h): appends its
+  // latent [count, C] and RoPE'd k_rope [count, r] to its cache, o [count, H*v]
+  // from q [count, H*(n+r)]; kv_b is kv_b_proj as f32 [H*(n+v), C].
+  virtual void mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent,
+                          Tensor k_rope, Tensor o) {
+    (void)s, (void)kv_b, (void)seq, (void)q, (void)latent, (void)k_rope, (void)o, missing("mla_attend", "DeepSeek-V3");
+  }
+
  private:
-  [[noreturn]] void missing(const char* op) const { fail("backend ", name(), " has no op ", op, " (gpt-oss)"); }
+  [[noreturn]] void missing(const char* op, const char* model = "gpt-oss") const {
+    fail("backend ", name(), " has no op ", op, " (", model, ")");
+  }
 };
 
 }  // namespace nibble

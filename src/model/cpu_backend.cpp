@@ -1,6 +1,7 @@
 #include "model/cpu_backend.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/deepseek_v4_indexer.h"
 #include "util/error.h"
@@ -102,6 +103,27 @@ void CpuBackend::moe_layer(const MoeWeights& w, MoeFn fn, Tensor x, Tensor y) {
 void CpuBackend::gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
                             Tensor o) {
   gqa_attend_cpu(s, sinks, seq, q.data, k.data, v.data, o.data, pool_);
+}
+
+void CpuBackend::copy_cols(Tensor x, int64_t c0, Tensor out) {
+  if (x.rows != out.rows || c0 < 0 || c0 + out.cols > x.cols)
+    fail("copy_cols: columns [", c0, ", ", c0 + out.cols, ") of [", x.rows, ", ", x.cols, "] into [", out.rows, ", ",
+         out.cols, "]");
+  for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r) + c0, x.row(r) + c0 + out.cols, out.row(r));
+}
+
+void CpuBackend::silu_mul(Tensor gate, Tensor up, Tensor out) {
+  if (gate.rows != up.rows || gate.cols != up.cols || out.rows != gate.rows || out.cols != gate.cols)
+    fail("silu_mul: [", gate.rows, ", ", gate.cols, "] * [", up.rows, ", ", up.cols, "] -> [", out.rows, ", ",
+         out.cols, "]");
+  const int64_t n = gate.rows * gate.cols;
+  // torch's silu: x / (1 + exp(-x)), then the product with up, in f32.
+  for (int64_t i = 0; i < n; ++i) out.data[i] = gate.data[i] / (1.0f + std::exp(-gate.data[i])) * up.data[i];
+}
+
+void CpuBackend::mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent,
+                            Tensor k_rope, Tensor o) {
+  mla_attend_cpu(s, kv_b, seq, q.data, latent.data, k_rope.data, o.data, pool_);
 }
 
 }  // namespace nibble

@@ -48,6 +48,11 @@ class CpuBackend : public Backend {
   void gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
                   Tensor o) override;
 
+  void copy_cols(Tensor x, int64_t c0, Tensor out) override;
+  void silu_mul(Tensor gate, Tensor up, Tensor out) override;
+  void mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent, Tensor k_rope,
+                  Tensor o) override;
+
  private:
   ThreadPool* pool_;
   ForwardProfile* profile_;

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "device/device.h"
+#include "model/deepseek_v3.h"
+#include "model/deepseek_v3_layout.h"
 #include "model/deepseek_v4.h"
 #include "model/deepseek_v4_layout.h"
 #include "model/gpt_oss.h"
@@ -15,6 +17,7 @@ const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> registry = {
       {"DeepseekV4ForCausalLM", deepseek_v4_layout, load_deepseek_v4},
       {"GptOssForCausalLM", gpt_oss_layout, load_gpt_oss},
+      {"DeepseekV3ForCausalLM", deepseek_v3_layout, load_deepseek_v3},
   };
   return registry;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,7 +27,9 @@ class WeightBinder {
  public:
   // The architecture's layout: which group a tensor belongs to (the key of
   // the plan's kernel choice).
-  using GroupOf = TensorGroup (*)(const std::string& name, Format format);
+  // (A function object: DeepSeek-V3's grouping needs num_hidden_layers to
+  // tell its MTP layer from the others.)
+  using GroupOf = std::function<TensorGroup(const std::string& name, Format format)>;
 
   WeightBinder(const Checkpoint& ck, const Detection& det, const Plan& plan, const LoadOptions& options,
                GroupOf group_of);

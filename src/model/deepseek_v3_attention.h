@@ -1,0 +1,68 @@
+// DeepSeek-V3 multi-head latent attention (MLA; transformers'
+// DeepseekV3Attention) with the weight absorption that lets the decode cache
+// hold only what MLA compresses.
+//
+// transformers, per token t and head h (C = kv_lora_rank, n = qk_nope_head_dim,
+// r = qk_rope_head_dim, v = v_head_dim):
+//   c_t      = kv_a_layernorm((x_t W_kv_a^T)[0:C])            [C]   the latent
+//   kr_t     = rope((x_t W_kv_a^T)[C:C+r])                    [r]   one key for all heads
+//   k_{t,h}  = [W_UK_h c_t ; kr_t],  W_UK_h = kv_b rows h(n+v) .. h(n+v)+n    [n, C]
+//   v_{t,h}  = W_UV_h c_t,           W_UV_h = kv_b rows h(n+v)+n .. (h+1)(n+v) [v, C]
+//   s_{t,j,h}= (q_nope_{t,h} . k_nope_{j,h} + q_rope_{t,h} . kr_j) * scale
+//   o_{t,h}  = sum_j softmax_j(s) v_{j,h}
+// Absorbed, as nibble computes it (the same sums, reassociated):
+//   q_nope . (W_UK_h c_j) = (W_UK_h^T q_nope) . c_j      q_abs [C], once per (t, h)
+//   sum_j p_j (W_UV_h c_j) = W_UV_h (sum_j p_j c_j)       ctx [C], once per (t, h)
+// so the cache keeps c_j and kr_j only: (C + r) floats per token per layer
+// (576 for DeepSeek-V3 / Kimi K2, against 2 * 128 * (128 + 64) expanded),
+// and a decode step reads them once per head instead of expanding every past
+// key. Per (t, h) it costs n*C (q_abs) + T*(C + r) (scores) + T*C (ctx) + v*C
+// multiply-adds. The result differs from transformers' only by f32 rounding
+// order: each product is reassociated over sums of length n, C or T.
+//
+// The RoPE half of q and kr is rotated in DeepSeek's interleaved pairs
+// (rope_interleave: transformers rotates pairs (2i, 2i+1) and stores them
+// de-interleaved; the dot products over q and k are the same either way).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace nibble {
+
+class ThreadPool;
+
+struct MlaShape {
+  int64_t heads = 0;     // H
+  int64_t nope = 0;      // qk_nope_head_dim
+  int64_t rope = 0;      // qk_rope_head_dim
+  int64_t v = 0;         // v_head_dim
+  int64_t latent = 0;    // kv_lora_rank C
+  float scale = 0;       // softmax scale (yarn mscale folded in)
+  int64_t q_width() const { return nope + rope; }
+};
+
+// One layer's cache of one sequence: every fed position's latent (after
+// kv_a_layernorm) and RoPE'd shared key, f32.
+struct MlaCache {
+  std::vector<float> latent;  // [positions, C]
+  std::vector<float> k_rope;  // [positions, r]
+  int64_t rows(int64_t c) const { return c > 0 ? int64_t(latent.size()) / c : 0; }
+  uint64_t bytes() const { return sizeof(float) * (latent.capacity() + k_rope.capacity()); }
+};
+
+// One sequence's share of a step in one layer: `count` tokens fed at
+// `position` (= the rows its cache holds before the step).
+struct MlaSeq {
+  MlaCache* cache = nullptr;
+  int64_t count = 0;
+  int64_t position = 0;
+};
+
+// Appends latent [count, C] and k_rope [count, r] (RoPE'd) to the cache,
+// then o [count, H*v] = absorbed attention of q [count, H*(n+r)] (its RoPE
+// half RoPE'd) over the cache. kv_b: kv_b_proj as f32 [H*(n+v), C].
+void mla_attend_cpu(const MlaShape& s, const float* kv_b, const MlaSeq& seq, const float* q, const float* latent,
+                    const float* k_rope, float* o, ThreadPool* pool);
+
+}  // namespace nibble
