@@ -106,6 +106,7 @@ Model make_model() {
   stack("attn.wq_a", Format::fp8_block128, 130, 200, 1, DeviceLayout::mma);
   stack("attn.wkv", Format::fp8_block128, 33, 129, 1, DeviceLayout::mma, Fp8ScaleType::f32);
   stack("head", Format::bf16, 19, 40, 1, DeviceLayout::mma);
+  stack("experts.w3", Format::int4, 17, 96, 2, DeviceLayout::w4a16);  // Kimi K2's experts (w4a16_int4.h)
   m.raw.resize(1001);
   for (size_t i = 0; i < m.raw.size(); ++i) m.raw[i] = uint8_t(i * 7 + 3);
   StoreEntry norm;
@@ -204,8 +205,8 @@ TEST(WeightStore, SizesFollowTheLayouts) {
       end = p.offset + p.bytes;
     }
     // From the layout definitions: W4A16 rows to 16, columns to 64, half a
-    // byte per element plus a scale code per group plus an f32 global
-    // scale; mma rows to 16, columns to 32 (FP8, 1 byte) or 16 (BF16, 2),
+    // byte per element plus a scale code per group (INT4: a BF16 per 32)
+    // plus an f32 global scale; mma rows to 16, columns to 32 (FP8, 1 byte) or 16 (BF16, 2),
     // plus f32 scales per 128x128 tile.
     uint64_t want = 0;
     for (const WeightView& w : entry.views) {
@@ -213,7 +214,7 @@ TEST(WeightStore, SizesFollowTheLayouts) {
       uint64_t one;
       if (entry.layout == DeviceLayout::w4a16) {
         const uint64_t cp = uint64_t((w.cols + 63) / 64 * 64);
-        one = rp * cp / 2 + rp * cp / (w.format == Format::mxfp4 ? 32 : 16) + 4;
+        one = rp * cp / 2 + (w.format == Format::int4 ? rp * cp / 32 * 2 : rp * cp / (w.format == Format::mxfp4 ? 32 : 16)) + 4;
       } else if (w.format == Format::fp8_block128) {
         one = rp * uint64_t((w.cols + 31) / 32 * 32) + uint64_t((w.rows + 127) / 128 * ((w.cols + 127) / 128)) * 4;
       } else {
@@ -231,6 +232,7 @@ TEST(WeightStore, SizesFollowTheLayouts) {
   EXPECT_EQ(cuda_layout_bytes(Format::f32, false, 1, 7168, 28672), 28672u);
   EXPECT_EQ(cuda_layout_for(Format::f32, true), DeviceLayout::stored);
   EXPECT_EQ(cuda_layout_for(Format::nvfp4, true), DeviceLayout::w4a16);
+  EXPECT_EQ(cuda_layout_for(Format::int4, true), DeviceLayout::w4a16);
   EXPECT_EQ(cuda_layout_for(Format::bf16, true), DeviceLayout::mma);
   EXPECT_EQ(cuda_layout_for(Format::bf16, false), DeviceLayout::stored);
 }

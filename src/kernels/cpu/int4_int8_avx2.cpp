@@ -120,7 +120,11 @@ void int4_int8_prepare_avx2(const float* x, int64_t cols, uint8_t* out) {
           const int64_t c = kCols * g + 8 * lane + k;
           const int32_t q = c < cols ? rne(x[c] * inv) : 0;
           sum += q;
-          (k % 2 ? O : E)[4 * lane + k / 2] = int8_t(q);
+          // (Written as `(k % 2 ? O : E)[i] = q`, GCC 12 at -O1 with
+          // -fsanitize=undefined stored to the wrong bytes: reproduced in a
+          // standalone build, correct at -O3.)
+          int8_t* to = k % 2 ? O : E;
+          to[4 * lane + k / 2] = int8_t(q);
         }
         corr[lane] = -8 * sum;
         xs[lane] = amax / 127.0f;
