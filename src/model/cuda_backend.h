@@ -1,0 +1,81 @@
+// The CUDA backend of model/backend.h (issue 16), in progress: the ops that
+// have GPU kernels run on one CUDA stream over device memory (a StepArena for
+// the step's Tensors, a WeightMirror for the small host-resident weights);
+// the ops that do not yet (linear on FP8 / BF16 / FP4 weights, moe,
+// grouped_wo_a, indexer_project, attend, and the gpt-oss ops) throw "backend
+// cuda has no op X yet", so nothing silently falls back to the CPU. Not yet
+// selectable with --device cuda: the forward still reads logits and the
+// draft layer's hidden rows from Tensors on the host, and keeps each
+// sequence's caches in host memory (docs/cuda.md, "The CUDA backend").
+//
+// Every Tensor this backend hands out is device memory. A step's host inputs
+// (ids, positions, row lists) are uploaded into the arena on the stream by
+// the op that takes them; nothing synchronises until download().
+#pragma once
+
+#include <memory>
+
+#include "model/backend.h"
+#include "model/cuda_backend_memory.h"
+
+namespace nibble {
+
+class CudaBackend : public Backend {
+ public:
+  // Creates its stream on the current CUDA device; throws nibble::Error
+  // (CUDA's reason, or "built without CUDA") when there is none.
+  explicit CudaBackend(ForwardProfile* profile = nullptr);
+  ~CudaBackend() override;
+  const char* name() const override { return "cuda"; }
+  ForwardProfile* profile() const override { return profile_; }
+
+  void begin_step() override { arena_->begin_step(); }
+  Tensor alloc(int64_t rows, int64_t cols) override;
+  size_t mark() const override { return arena_->mark(); }
+  void release_to(size_t mark) override { arena_->release_to(mark); }
+
+  void embed(const WeightView& table, std::span<const int32_t> ids, int64_t copies, Tensor out) override;
+  void rms_norm(Tensor x, const float* weight, double eps, Tensor y) override;
+  void linear(const BoundLinear& w, Tensor x, Tensor y) override;
+  void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
+            bool inverse) override;
+  void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) override;
+  void add_to_streams(Tensor x, Tensor streams) override;
+  void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) override;
+
+  void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) override;
+  void hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) override;
+  void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) override;
+  void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) override;
+  void indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
+                       std::span<const int64_t> positions, IndexerProjections& out) override;
+  void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
+              Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score, const IndexerProjections* idx,
+              Tensor o) override;
+
+  void add_bias(Tensor y, const float* bias) override;
+
+  // Host <-> device for callers and tests: t's rows * cols values.
+  void upload(const float* host, Tensor t);
+  void download(Tensor t, float* host);  // waits for every op queued so far; reports a bad embed id
+  // What the first steps put on the device (explain / tests).
+  const StepArena& arena() const { return *arena_; }
+  const WeightMirror& mirror() const { return *mirror_; }
+
+ private:
+  [[noreturn]] void not_yet(const char* op) const;
+  // A step's host integers, copied into the arena on the stream.
+  template <class T>
+  const T* upload_ints(std::span<const T> v);
+  void check_errors();  // the embed's bad-id flag (synchronises)
+
+  ForwardProfile* profile_;
+  void* stream_ = nullptr;
+  std::unique_ptr<DeviceAllocator> alloc_;
+  std::unique_ptr<StepArena> arena_;
+  std::unique_ptr<WeightMirror> mirror_;
+  int32_t* error_ = nullptr;  // device: 1 + the first bad token of an embed since the last check
+  std::vector<int32_t> error_ids_;  // the ids of the embed that may have set it, for the message
+};
+
+}  // namespace nibble

@@ -1,0 +1,227 @@
+// The CUDA backend (model/cuda_backend.h) op by op against the CPU backend,
+// on random inputs of awkward shapes: the same Backend calls on both, the
+// CUDA side's Tensors uploaded from and downloaded to the host. Each kernel
+// is checked against its CPU formula with a tight bound in its own test
+// (row_ops / rope_cuda / hyper_conn_gpu_test.cpp); here what is checked is
+// the wiring (shapes, strides, which weight, which stream, mark / release
+// inside an op), so one bound serves every op: 2^-16 of the CPU value's
+// magnitude plus 2^-16 of the row's largest value (the hc mixes go through
+// a reduction of 4 x D terms), far above the kernels' rounding and far below
+// any wiring error. Skipped, saying why, without a CUDA device; the
+// construction's error without one is checked on the CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "device/cuda_device.h"
+#include "kernels/linear.h"
+#include "kernels/random_weights.h"
+#include "model/cpu_backend.h"
+#include "model/cuda_backend.h"
+#include "model/deepseek_v4_rope.h"
+#include "util/error.h"
+
+namespace nibble {
+namespace {
+
+#define REQUIRE_CUDA_DEVICE()                                                                        \
+  do {                                                                                               \
+    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
+  } while (0)
+
+std::vector<float> randn(size_t n, uint64_t seed, float sd = 1.0f) {
+  std::vector<float> v(n);
+  random_normal(v.data(), int64_t(n), seed, sd);
+  return v;
+}
+
+// The two backends side by side: tensors made on both from one host array.
+struct Pair {
+  ThreadPool pool{2};
+  CpuBackend cpu{&pool, nullptr};
+  CudaBackend gpu;
+  struct T2 {
+    Tensor c, g;
+  };
+  Pair() {
+    cpu.begin_step();
+    gpu.begin_step();
+  }
+  T2 make(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    T2 t{cpu.alloc(rows, cols), gpu.alloc(rows, cols)};
+    std::copy(v.begin(), v.end(), t.c.data);
+    gpu.upload(v.data(), t.g);
+    return t;
+  }
+  T2 make(int64_t rows, int64_t cols) { return make(std::vector<float>(size_t(rows * cols)), rows, cols); }
+  void expect_near(const T2& t, const char* what) {
+    std::vector<float> got(size_t(t.c.rows * t.c.cols));
+    gpu.download(t.g, got.data());
+    for (int64_t r = 0; r < t.c.rows; ++r) {
+      float row_max = 0;
+      for (int64_t c = 0; c < t.c.cols; ++c) row_max = std::max(row_max, std::fabs(t.c.row(r)[c]));
+      for (int64_t c = 0; c < t.c.cols; ++c) {
+        const float want = t.c.row(r)[c], g = got[size_t(r * t.c.cols + c)];
+        ASSERT_LE(std::fabs(g - want), 0x1p-16 * (std::fabs(want) + row_max) + 1e-30)
+            << what << " row " << r << " column " << c;
+      }
+    }
+  }
+};
+
+WeightView f32_view(const std::vector<float>& w, int64_t rows, int64_t cols, const char* name) {
+  WeightView v;
+  v.format = Format::f32;
+  v.rows = rows;
+  v.cols = cols;
+  v.data = reinterpret_cast<const uint8_t*>(w.data());
+  v.name = name;
+  return v;
+}
+
+TEST(CudaBackendGpu, RowOpsMatchTheCpuBackend) {
+  REQUIRE_CUDA_DEVICE();
+  Pair b;
+  const int64_t T = 5, D = 300, N = 4;
+  // embed from a BF16 table, 4 copies.
+  const int64_t V = 17;
+  std::vector<uint16_t> table(size_t(V * D));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = uint16_t(0x3f80 + (i * 2654435761u) % 0x200 - 0x100);
+  WeightView tv;
+  tv.format = Format::bf16;
+  tv.rows = V;
+  tv.cols = D;
+  tv.data = reinterpret_cast<const uint8_t*>(table.data());
+  tv.name = "embed";
+  const std::vector<int32_t> ids{16, 0, 3, 3, 9};
+  auto streams = b.make(T, N * D);
+  b.cpu.embed(tv, ids, N, streams.c);
+  b.gpu.embed(tv, ids, N, streams.g);
+  b.expect_near(streams, "embed");
+
+  auto x = b.make(randn(size_t(T * D), 1, 3.0f), T, D);
+  const std::vector<float> w = randn(size_t(D), 2);
+  auto y = b.make(T, D);
+  b.cpu.rms_norm(x.c, w.data(), 1e-6, y.c);
+  b.gpu.rms_norm(x.g, w.data(), 1e-6, y.g);
+  b.expect_near(y, "rms_norm");
+  b.cpu.rms_norm(x.c, nullptr, 1e-6, x.c);  // in place, unweighted
+  b.gpu.rms_norm(x.g, nullptr, 1e-6, x.g);
+  b.expect_near(x, "rms_norm in place");
+
+  b.cpu.add_to_streams(y.c, streams.c);
+  b.gpu.add_to_streams(y.g, streams.g);
+  b.expect_near(streams, "add_to_streams");
+
+  const std::vector<float> bias = randn(size_t(D), 3);
+  b.cpu.add_bias(y.c, bias.data());
+  b.gpu.add_bias(y.g, bias.data());
+  b.expect_near(y, "add_bias");
+
+  const std::vector<int64_t> rows{4, 0, 2};
+  auto picked = b.make(3, N * D);
+  b.cpu.gather_rows(streams.c, rows, picked.c);
+  b.gpu.gather_rows(streams.g, rows, picked.g);
+  b.expect_near(picked, "gather_rows");
+
+  const std::vector<float> fw = randn(size_t(33 * D), 4);
+  const BoundLinear lin{f32_view(fw, 33, D, "f32 linear"), linear_ref};
+  auto ly = b.make(T, 33);
+  b.cpu.linear(lin, y.c, ly.c);
+  b.gpu.linear(lin, y.g, ly.g);
+  b.expect_near(ly, "linear f32");
+}
+
+TEST(CudaBackendGpu, RopeMatchesTheCpuBackend) {
+  REQUIRE_CUDA_DEVICE();
+  Pair b;
+  RopeConfig cfg;
+  cfg.theta = 160000;
+  cfg.yarn = true;
+  cfg.factor = 16;
+  cfg.original_max_position = 65536;
+  const RopeTable table(cfg, 64);
+  const int64_t heads = 3, width = 192;
+  const std::vector<int64_t> pos{0, 5, 70000, 3, 1 << 18};
+  auto q = b.make(randn(size_t(5 * heads * width), 5), 5, heads * width);
+  for (bool inverse : {false, true}) {
+    b.cpu.rope(table, q.c, heads, pos, inverse);
+    b.gpu.rope(table, q.g, heads, pos, inverse);
+    b.expect_near(q, inverse ? "inverse rope" : "rope");
+  }
+}
+
+TEST(CudaBackendGpu, HyperConnectionsMatchTheCpuBackend) {
+  REQUIRE_CUDA_DEVICE();
+  Pair b;
+  const int64_t T = 6, N = 4, D = 257, width = (2 + N) * N;
+  HcShape s;
+  s.streams = N;
+  s.hidden = D;
+  const std::vector<float> fn = randn(size_t(width * N * D), 6, 1.0f / std::sqrt(float(N * D)));
+  HcWeights w;
+  w.fn = BoundLinear{f32_view(fn, width, N * D, "hc_attn_fn"), linear_ref};
+  w.base = randn(size_t(width), 7);
+  w.scale = {0.5f, 1.0f, 2.0f};
+  auto streams = b.make(randn(size_t(T * N * D), 8, 2.0f), T, N * D);
+  auto x = b.make(T, D), post = b.make(T, N), comb = b.make(T, N * N);
+  b.cpu.hc_pre(w, s, streams.c, x.c, post.c, comb.c);
+  b.gpu.hc_pre(w, s, streams.g, x.g, post.g, comb.g);
+  b.expect_near(x, "hc_pre collapsed");
+  b.expect_near(post, "hc_pre post");
+  b.expect_near(comb, "hc_pre comb");
+
+  // hc_post on the same (CPU-equal within the bound) inputs, both in place.
+  auto y = b.make(randn(size_t(T * D), 9), T, D);
+  b.cpu.hc_post(s, y.c, post.c, comb.c, streams.c);
+  b.gpu.hc_post(s, y.g, post.g, comb.g, streams.g);
+  b.expect_near(streams, "hc_post");
+
+  const std::vector<float> hfn = randn(size_t(N * N * D), 10, 1.0f / std::sqrt(float(N * D)));
+  HcHeadWeights hw;
+  hw.fn = BoundLinear{f32_view(hfn, N, N * D, "hc_head_fn"), linear_ref};
+  hw.base = randn(size_t(N), 11);
+  hw.scale = {0.8f};
+  auto head = b.make(T, D);
+  b.cpu.hc_head(hw, s, streams.c, head.c);
+  b.gpu.hc_head(hw, s, streams.g, head.g);
+  b.expect_near(head, "hc_head");
+  // Every small weight went up once: norm-free here, so fn, base, scale of two hyper-connections.
+  EXPECT_EQ(b.gpu.mirror().entries(), 6u);
+}
+
+TEST(CudaBackendGpu, OpsWithoutAKernelSaySo) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend gpu;
+  gpu.begin_step();
+  Tensor t = gpu.alloc(1, 8);
+  BlockWeights bw;
+  try {
+    gpu.moe(bw, t, {}, t);
+    FAIL() << "moe ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backend cuda has no op moe"), std::string::npos) << e.what();
+  }
+}
+
+// Runs everywhere (gpu-check counts a skip with a GPU present as a failure):
+// without a device the construction says why; with one it works.
+TEST(CudaBackend, ConstructionSaysWhyWithoutADevice) {
+  if (!cuda_probe().devices.empty()) {
+    CudaBackend gpu;
+    gpu.begin_step();
+    EXPECT_NE(gpu.alloc(3, 5).data, nullptr);
+    return;
+  }
+  try {
+    CudaBackend gpu;
+    FAIL() << "a CUDA backend was made without a device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda backend"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nibble
