@@ -15,6 +15,7 @@
 
 #include <memory>
 
+#include "kernels/cuda/sampling.h"
 #include "model/backend.h"
 #include "model/cuda_backend_memory.h"
 
@@ -54,6 +55,11 @@ class CudaBackend : public Backend {
               Tensor o) override;
 
   void add_bias(Tensor y, const float* bias) override;
+
+  // The next token of each row of logits [rows, V] on the GPU
+  // (kernels/cuda/sampling.h; params [rows] with each row's uniform draw):
+  // only the ids come back. Waits for the step.
+  void sample(Tensor logits, std::span<const GpuSampleParams> params, std::span<int32_t> ids);
 
   // Host <-> device for callers and tests: t's rows * cols values.
   void upload(const float* host, Tensor t);

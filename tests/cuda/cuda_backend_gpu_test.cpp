@@ -21,6 +21,7 @@
 #include "model/cpu_backend.h"
 #include "model/cuda_backend.h"
 #include "model/deepseek_v4_rope.h"
+#include "runtime/sampler.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -190,6 +191,27 @@ TEST(CudaBackendGpu, HyperConnectionsMatchTheCpuBackend) {
   b.expect_near(head, "hc_head");
   // Every small weight went up once: norm-free here, so fn, base, scale of two hyper-connections.
   EXPECT_EQ(b.gpu.mirror().entries(), 6u);
+}
+
+TEST(CudaBackendGpu, SamplesOnTheDevice) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend gpu;
+  gpu.begin_step();
+  const int64_t rows = 3, V = 5000;
+  std::vector<float> host = randn(size_t(rows * V), 12);
+  host[size_t(1 * V + 4321)] = 50;  // row 1's argmax
+  Tensor logits = gpu.alloc(rows, V);
+  gpu.upload(host.data(), logits);
+  std::vector<GpuSampleParams> params(static_cast<size_t>(rows));  // greedy, then two draws at temperature 1
+  params[0].temperature = 0;
+  params[1].u = 0.999;
+  params[2].u = 0.0;
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  gpu.sample(logits, params, ids);
+  EXPECT_EQ(ids[0], argmax(host.data(), V));
+  EXPECT_EQ(ids[1], 4321) << "a logit 50 above the rest holds all the mass";
+  // u = 0 draws the most likely token.
+  EXPECT_EQ(ids[2], argmax(host.data() + 2 * V, V));
 }
 
 TEST(CudaBackendGpu, OpsWithoutAKernelSaySo) {
