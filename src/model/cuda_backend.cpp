@@ -1,11 +1,14 @@
 #include "model/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "device/cuda_device.h"
 #include "device/cuda_memory.h"
 #include "format/format.h"
 #include "kernels/cuda/hyper_conn.h"
+#include "kernels/cuda/mma_repack.h"
 #include "kernels/cuda/rope_cuda.h"
 #include "kernels/cuda/row_ops.h"
 #include "util/error.h"
@@ -39,6 +42,7 @@ CudaBackend::CudaBackend(ForwardProfile* profile) : profile_(profile) {
   arena_ = std::make_unique<StepArena>(*alloc_);
   mirror_ = std::make_unique<WeightMirror>(*alloc_);
   error_ = static_cast<int32_t*>(cuda_device_alloc(sizeof(int32_t)));
+  if (!cuda_probe().devices.empty()) sms_ = std::max(1, cuda_probe().devices[0].sms);
   cuda_memset_async(error_, 0, sizeof(int32_t), stream_);
 }
 
@@ -46,6 +50,7 @@ CudaBackend::~CudaBackend() {
   // The arena and mirror free device memory (cudaFree synchronises first).
   arena_.reset();
   mirror_.reset();
+  for (void* p : owned_) cuda_device_free(p);
   cuda_device_free(error_);
   cuda_stream_destroy(stream_);
 }
@@ -125,12 +130,40 @@ void CudaBackend::linear(const BoundLinear& w, Tensor x, Tensor y) {
   if (x.cols != w.cols() || y.cols != w.rows() || x.rows != y.rows)
     fail("linear ", w.w.name, ": activations [", x.rows, ", ", x.cols, "] -> [", y.rows, ", ", y.cols,
          "] do not fit the weight [", w.rows(), ", ", w.cols(), "]");
-  // Only F32 so far (the hyper-connection mixes); FP8 / BF16 go to
-  // linear_mma with their weights in the weight store, not wired yet.
-  if (w.w.format != Format::f32) not_yet("linear on non-F32 weights");
+  if (w.w.format == Format::fp8_block128 || w.w.format == Format::bf16) {
+    // Activations rounded once to BF16 rows of the padded width, then the
+    // tensor-core kernel (W8A16 / BF16, f32 accumulation).
+    const MmaEntry& e = mma_weights(w.w);
+    const size_t m = mark();
+    auto* xb = reinterpret_cast<uint16_t*>(arena_->alloc((x.rows * e.w.cols_padded + 1) / 2));
+    to_bf16_padded(x.data, x.rows, x.cols, e.w.cols_padded, xb, stream_);
+    linear_mma_launch(e.w, xb, x.rows, y.data, e.k_splits, stream_);
+    release_to(m);
+    return;
+  }
+  if (w.w.format != Format::f32) not_yet((std::string("linear on ") + format_name(w.w.format) + " weights").c_str());
   const float* dw = mirror_->device(reinterpret_cast<const float*>(w.w.data), size_t(w.rows() * w.cols()),
                                     w.w.name.c_str());
   cuda_linear_f32(dw, w.rows(), w.cols(), x.data, x.rows, y.data, stream_);
+}
+
+const CudaBackend::MmaEntry& CudaBackend::mma_weights(const WeightView& w) {
+  if (auto it = mma_.find(w.data); it != mma_.end()) return it->second;
+  const MmaMatrix m = repack_mma(w);  // throws naming the element for a NaN code or a bad scale
+  MmaEntry e;
+  e.w = mma_device_shape(m);
+  auto* words = static_cast<uint8_t*>(alloc_->allocate(m.words.size()));
+  owned_.push_back(words);
+  alloc_->upload(words, m.words.data(), m.words.size());
+  e.w.words = words;
+  if (!m.scales.empty()) {
+    auto* scales = static_cast<float*>(alloc_->allocate(m.scales.size() * sizeof(float)));
+    owned_.push_back(scales);
+    alloc_->upload(scales, m.scales.data(), m.scales.size() * sizeof(float));
+    e.w.scales = scales;
+  }
+  e.k_splits = linear_mma_k_splits(m.rows_padded, m.chunks(), sms_);
+  return mma_.emplace(w.data, e).first->second;
 }
 
 void CudaBackend::rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,

@@ -1,7 +1,8 @@
 // The CUDA backend of model/backend.h (issue 16), in progress: the ops that
 // have GPU kernels run on one CUDA stream over device memory (a StepArena for
-// the step's Tensors, a WeightMirror for the small host-resident weights);
-// the ops that do not yet (linear on FP8 / BF16 / FP4 weights, moe,
+// the step's Tensors, a WeightMirror for the small host-resident weights,
+// FP8 / BF16 matrices repacked for linear_mma on first use); the ops that
+// do not yet (linear on FP4 / INT4 weights, moe,
 // grouped_wo_a, indexer_project, attend, and the gpt-oss ops) throw "backend
 // cuda has no op X yet", so nothing silently falls back to the CPU. Not yet
 // selectable with --device cuda: the forward still reads logits and the
@@ -13,8 +14,10 @@
 // the op that takes them; nothing synchronises until download().
 #pragma once
 
+#include <map>
 #include <memory>
 
+#include "kernels/cuda/linear_mma.h"
 #include "kernels/cuda/sampling.h"
 #include "model/backend.h"
 #include "model/cuda_backend_memory.h"
@@ -75,8 +78,21 @@ class CudaBackend : public Backend {
   const T* upload_ints(std::span<const T> v);
   void check_errors();  // the embed's bad-id flag (synchronises)
 
+  // The tensor-core layout of an FP8 block-128 / BF16 matrix, repacked and
+  // uploaded the first time a linear uses it (keyed by its stored bytes).
+  // The weight store (weight_store_cuda.h) is where these go once the
+  // backend uploads at load; this keeps the op correct until then.
+  struct MmaEntry {
+    MmaWeightsDevice w;
+    int k_splits = 1;
+  };
+  const MmaEntry& mma_weights(const WeightView& w);
+
   ForwardProfile* profile_;
   void* stream_ = nullptr;
+  int sms_ = 1;
+  std::map<const void*, MmaEntry> mma_;
+  std::vector<void*> owned_;  // the MmaEntry allocations
   std::unique_ptr<DeviceAllocator> alloc_;
   std::unique_ptr<StepArena> arena_;
   std::unique_ptr<WeightMirror> mirror_;

@@ -135,6 +135,49 @@ TEST(CudaBackendGpu, RowOpsMatchTheCpuBackend) {
   b.expect_near(ly, "linear f32");
 }
 
+// The BF16 linear on the tensor-core kernel: activations are rounded to
+// BF16 (2^-9 relative each, round to nearest), weights exact, f32
+// accumulation on both sides: within 2^-9 sum |x w| plus the f32 sums'
+// (cols 2^-24 sum |x w|), taken as 2^-8 sum |x w|.
+TEST(CudaBackendGpu, Bf16LinearMatchesTheCpuBackend) {
+  REQUIRE_CUDA_DEVICE();
+  Pair b;
+  for (int64_t rows : {1, 70})
+    for (int64_t cols : {16, 300}) {
+      const int64_t T = 9;
+      const std::vector<float> wf = randn(size_t(rows * cols), 13);
+      std::vector<uint16_t> wb(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &wf[i], 4);
+        wb[i] = uint16_t(bits >> 16);
+      }
+      WeightView v;
+      v.format = Format::bf16;
+      v.rows = rows;
+      v.cols = cols;
+      v.data = reinterpret_cast<const uint8_t*>(wb.data());
+      v.name = "bf16 linear";
+      const BoundLinear lin{v, linear_ref};
+      const std::vector<float> xs = randn(size_t(T * cols), 14);
+      auto x = b.make(xs, T, cols);
+      auto y = b.make(T, rows);
+      b.cpu.linear(lin, x.c, y.c);
+      b.gpu.linear(lin, x.g, y.g);
+      std::vector<float> got(size_t(T * rows)), wrow(static_cast<size_t>(cols));
+      b.gpu.download(y.g, got.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(v, r, wrow.data());
+        for (int64_t t = 0; t < T; ++t) {
+          double mag = 0;
+          for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(xs[size_t(t * cols + c)]) * wrow[size_t(c)]);
+          ASSERT_LE(std::fabs(got[size_t(t * rows + r)] - y.c.row(t)[r]), 0x1p-8 * mag + 1e-30)
+              << rows << " x " << cols << " token " << t << " row " << r;
+        }
+      }
+    }
+}
+
 TEST(CudaBackendGpu, RopeMatchesTheCpuBackend) {
   REQUIRE_CUDA_DEVICE();
   Pair b;
