@@ -64,11 +64,8 @@ Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
   return Tensor{arena_->alloc(rows * cols), rows, cols};
 }
 
-template <class T>
-const T* CudaBackend::upload_ints(std::span<const T> v) {
-  float* p = arena_->alloc(int64_t((v.size() * sizeof(T) + 3) / 4));
-  cuda_upload_async(p, v.data(), v.size() * sizeof(T), stream_);
-  return reinterpret_cast<const T*>(p);
+void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
+  cuda_upload_async(dst, src, bytes, stream_);
 }
 
 void CudaBackend::upload(const float* host, Tensor t) {
@@ -232,8 +229,32 @@ void CudaBackend::hc_head(const HcHeadWeights& w, const HcShape& s, Tensor strea
   release_to(m);
 }
 
-void CudaBackend::moe(const BlockWeights&, Tensor, std::span<const int32_t>, Tensor) { not_yet("moe"); }
-void CudaBackend::grouped_wo_a(const BoundLinear&, const AttentionShape&, Tensor, Tensor) { not_yet("grouped_wo_a"); }
+void CudaBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) {
+  // As grouped_wo_a_cpu: group g's slice of the heads through rows
+  // [g R, (g + 1) R) of wo_a, into columns [g R, (g + 1) R) of y.
+  const int64_t G = s.o_groups, R = s.o_lora, T = o.rows, HD = s.heads * s.head_dim;
+  if (G <= 0 || HD % G || o.cols != HD || y.rows != T || y.cols != G * R || wo_a.rows() != G * R ||
+      wo_a.cols() != HD / G)
+    fail("grouped_wo_a ", wo_a.w.name, ": o [", T, ", ", o.cols, "] in ", G, " groups -> y [", y.rows, ", ", y.cols,
+         "] does not fit the weight [", wo_a.rows(), ", ", wo_a.cols(), "]");
+  const int64_t Cg = HD / G;
+  const size_t m = mark();
+  Tensor xg = alloc(T, Cg), yg = alloc(T, R);
+  Tensor full{};
+  for (int64_t g = 0; g < G; ++g) {
+    cuda_copy_cols(o.data, HD, g * Cg, xg.data, Cg, 0, T, Cg, stream_);
+    if (auto view = row_slice(wo_a.w, g * R, R)) {
+      linear(BoundLinear{*view, wo_a.fn}, xg, yg);
+      cuda_copy_cols(yg.data, R, 0, y.data, G * R, g * R, T, R, stream_);
+    } else {
+      // FP8 tiles straddling groups: the whole matrix, the group's rows kept.
+      if (!full.data) full = alloc(T, G * R);
+      linear(wo_a, xg, full);
+      cuda_copy_cols(full.data, G * R, g * R, y.data, G * R, g * R, T, R, stream_);
+    }
+  }
+  release_to(m);
+}
 void CudaBackend::indexer_project(const IndexerWeights&, const RopeTable&, Tensor, Tensor, std::span<const int64_t>,
                                   IndexerProjections&) {
   not_yet("indexer_project");

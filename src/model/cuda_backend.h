@@ -2,7 +2,7 @@
 // have GPU kernels run on one CUDA stream over device memory (a StepArena for
 // the step's Tensors, a WeightMirror for the small host-resident weights,
 // FP8 / BF16 matrices repacked for linear_mma on first use); the ops that
-// do not yet (linear on FP4 / INT4 weights, moe,
+// do not yet (linear on FP4 / INT4 weights, gpt-oss's MoE,
 // grouped_wo_a, indexer_project, attend, and the gpt-oss ops) throw "backend
 // cuda has no op X yet", so nothing silently falls back to the CPU. Not yet
 // selectable with --device cuda: the forward still reads logits and the
@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "kernels/cuda/linear_mma.h"
+#include "kernels/cuda/moe_w4a16.h"
 #include "kernels/cuda/sampling.h"
 #include "model/backend.h"
 #include "model/cuda_backend_memory.h"
@@ -75,7 +76,12 @@ class CudaBackend : public Backend {
   [[noreturn]] void not_yet(const char* op) const;
   // A step's host integers, copied into the arena on the stream.
   template <class T>
-  const T* upload_ints(std::span<const T> v);
+  const T* upload_ints(std::span<const T> v) {
+    float* p = arena_->alloc(int64_t((v.size() * sizeof(T) + 3) / 4));
+    upload_bytes(p, v.data(), v.size() * sizeof(T));
+    return reinterpret_cast<const T*>(p);
+  }
+  void upload_bytes(void* dst, const void* src, size_t bytes);
   void check_errors();  // the embed's bad-id flag (synchronises)
 
   // The tensor-core layout of an FP8 block-128 / BF16 matrix, repacked and
@@ -88,11 +94,24 @@ class CudaBackend : public Backend {
   };
   const MmaEntry& mma_weights(const WeightView& w);
 
+  // One MoE layer on the device (cuda_backend_moe.cpp): the routed experts'
+  // three projections as W4A16 stacks, the router's bias / hash table, the
+  // split-K tickets. Router and shared expert go through mma_weights.
+  struct DeviceMoe {
+    W4A16ExpertsDevice w1, w3, w2;
+    const float* bias = nullptr;     // [E] or null
+    const void* tid2eid = nullptr;   // [vocab, K] or null
+    int32_t* tickets = nullptr;      // [E * w1.rows_padded / 16], zeroed once
+  };
+  const DeviceMoe& moe_weights(const MoeWeights& w);
+  W4A16ExpertsDevice upload_stack(const MoeWeights& w, const WeightView ExpertWeights::*proj, const char* what);
+
   ForwardProfile* profile_;
   void* stream_ = nullptr;
   int sms_ = 1;
   std::map<const void*, MmaEntry> mma_;
-  std::vector<void*> owned_;  // the MmaEntry allocations
+  std::map<const MoeWeights*, DeviceMoe> moe_;
+  std::vector<void*> owned_;  // the MmaEntry and DeviceMoe allocations
   std::unique_ptr<DeviceAllocator> alloc_;
   std::unique_ptr<StepArena> arena_;
   std::unique_ptr<WeightMirror> mirror_;

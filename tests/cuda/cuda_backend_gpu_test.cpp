@@ -17,6 +17,7 @@
 
 #include "device/cuda_device.h"
 #include "kernels/linear.h"
+#include "kernels/moe.h"
 #include "kernels/random_weights.h"
 #include "model/cpu_backend.h"
 #include "model/cuda_backend.h"
@@ -178,6 +179,50 @@ TEST(CudaBackendGpu, Bf16LinearMatchesTheCpuBackend) {
     }
 }
 
+// grouped_wo_a on BF16 weights: per group the same BF16 bound as above,
+// each output from its group's columns of o only.
+TEST(CudaBackendGpu, GroupedWoAMatchesTheCpuBackend) {
+  REQUIRE_CUDA_DEVICE();
+  Pair b;
+  AttentionShape s;
+  s.heads = 4;
+  s.head_dim = 24;
+  s.o_groups = 2;
+  s.o_lora = 20;
+  const int64_t T = 3, G = 2, R = 20, Cg = 48;
+  const std::vector<float> wf = randn(size_t(G * R * Cg), 15);
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &wf[i], 4);
+    wb[i] = uint16_t(bits >> 16);
+  }
+  WeightView v;
+  v.format = Format::bf16;
+  v.rows = G * R;
+  v.cols = Cg;
+  v.data = reinterpret_cast<const uint8_t*>(wb.data());
+  v.name = "wo_a";
+  const BoundLinear wo_a{v, linear_ref};
+  const std::vector<float> os = randn(size_t(T * G * Cg), 16);
+  auto o = b.make(os, T, G * Cg);
+  auto y = b.make(T, G * R);
+  b.cpu.grouped_wo_a(wo_a, s, o.c, y.c);
+  b.gpu.grouped_wo_a(wo_a, s, o.g, y.g);
+  std::vector<float> got(size_t(T * G * R)), wrow(static_cast<size_t>(Cg));
+  b.gpu.download(y.g, got.data());
+  for (int64_t row = 0; row < G * R; ++row) {
+    dequantize_row(v, row, wrow.data());
+    const int64_t g = row / R;
+    for (int64_t t = 0; t < T; ++t) {
+      double mag = 0;
+      for (int64_t c = 0; c < Cg; ++c) mag += std::fabs(double(os[size_t(t * G * Cg + g * Cg + c)]) * wrow[size_t(c)]);
+      ASSERT_LE(std::fabs(got[size_t(t * G * R + row)] - y.c.row(t)[row]), 0x1p-8 * mag + 1e-30)
+          << "token " << t << " output " << row;
+    }
+  }
+}
+
 TEST(CudaBackendGpu, RopeMatchesTheCpuBackend) {
   REQUIRE_CUDA_DEVICE();
   Pair b;
@@ -234,6 +279,75 @@ TEST(CudaBackendGpu, HyperConnectionsMatchTheCpuBackend) {
   b.expect_near(head, "hc_head");
   // Every small weight went up once: norm-free here, so fn, base, scale of two hyper-connections.
   EXPECT_EQ(b.gpu.mirror().entries(), 6u);
+}
+
+// The MoE sublayer (MXFP4 and NVFP4 experts, BF16 router, FP8 shared
+// expert) against moe_ref, with hash routing so that the experts are the
+// same on both sides whatever the rounding (top-k selection on close scores
+// is the router test's business). The GPU rounds x, the experts' h and the
+// shared expert's h to BF16 (2^-9 relative each) and the router's input
+// too (the weights move by about as much); summed over those four roundings
+// an output is within 4 2^-9 of the magnitudes it is made of, which for
+// these Gaussian weights stay within 2x the output's RMS: bound 2^-6 RMS(y).
+TEST(CudaBackendGpu, MoeMatchesTheReference) {
+  REQUIRE_CUDA_DEVICE();
+  for (Format f : {Format::mxfp4, Format::nvfp4}) {
+    const int64_t D = 128, I = 96, E = 8, K = 2, vocab = 50, n = 5;
+    MoeWeights w;
+    w.hidden = D;
+    w.inter = I;
+    w.n_experts = E;
+    w.top_k = K;
+    w.scoring = ScoringFunc::sqrtsoftplus;
+    w.routed_scaling = 1.5f;
+    w.swiglu_limit = 7.0f;
+    std::vector<OwnedWeights> owned;
+    owned.push_back(random_weights(Format::bf16, E, D, 1));
+    w.gate = owned.back().view;
+    for (int64_t e = 0; e < E; ++e) {
+      ExpertWeights x;
+      owned.push_back(random_weights(f, I, D, uint64_t(10 + 3 * e)));
+      x.w1 = owned.back().view;
+      owned.push_back(random_weights(f, I, D, uint64_t(11 + 3 * e)));
+      x.w3 = owned.back().view;
+      owned.push_back(random_weights(f, D, I, uint64_t(12 + 3 * e)));
+      x.w2 = owned.back().view;
+      w.experts.push_back(x);
+    }
+    w.has_shared = true;
+    owned.push_back(random_weights(Format::fp8_block128, I, D, 2));
+    w.shared.w1 = owned.back().view;
+    owned.push_back(random_weights(Format::fp8_block128, I, D, 3));
+    w.shared.w3 = owned.back().view;
+    owned.push_back(random_weights(Format::fp8_block128, D, I, 4));
+    w.shared.w2 = owned.back().view;
+    std::vector<int64_t> table(size_t(vocab * K));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = int64_t((i * 7 + i / K) % E);
+    for (int64_t t = 0; t < vocab; ++t)
+      if (table[size_t(t * K)] == table[size_t(t * K + 1)]) table[size_t(t * K + 1)] = (table[size_t(t * K)] + 1) % E;
+    w.tid2eid = table.data();
+    w.tid2eid_is_i64 = true;
+    w.tid2eid_rows = vocab;
+    const std::vector<int32_t> ids{3, 49, 0, 3, 17};
+    const std::vector<float> xs = randn(size_t(n * D), 20);
+    std::vector<float> want(size_t(n * D));
+    moe_ref(w, xs.data(), ids.data(), n, want.data(), nullptr);
+
+    BlockWeights bw;
+    bw.moe = std::move(w);
+    CudaBackend gpu;
+    gpu.begin_step();
+    Tensor x = gpu.alloc(n, D), y = gpu.alloc(n, D);
+    gpu.upload(xs.data(), x);
+    gpu.moe(bw, x, ids, y);
+    std::vector<float> got(size_t(n * D));
+    gpu.download(y, got.data());
+    double ss = 0;
+    for (float v : want) ss += double(v) * v;
+    const double rms = std::sqrt(ss / double(want.size()));
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_LE(std::fabs(got[i] - want[i]), 0x1p-6 * rms) << format_name(f) << " element " << i;
+  }
 }
 
 TEST(CudaBackendGpu, SamplesOnTheDevice) {

@@ -93,6 +93,19 @@ TEST(RowOpsGpu, StreamsGatherBiasAreExact) {
     for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(b[size_t(t * cols + c)], x[size_t(t * cols + c)] + bias[size_t(c)]);
 }
 
+TEST(RowOpsGpu, CopyColsMovesExactlyTheBlock) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t n = 4, src_ld = 19, dst_ld = 11;
+  const std::vector<float> src = randn(size_t(n * src_ld), 5), dst = randn(size_t(n * dst_ld), 6);
+  const std::vector<float> got = cuda_copy_cols_host(src, src_ld, 7, dst, dst_ld, 3, n, 6);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < dst_ld; ++c) {
+      const bool in = c >= 3 && c < 9;
+      ASSERT_EQ(got[size_t(r * dst_ld + c)], in ? src[size_t(r * src_ld + 7 + c - 3)] : dst[size_t(r * dst_ld + c)])
+          << "row " << r << " column " << c;
+    }
+}
+
 TEST(RowOpsGpu, EmbedF32AndBf16RowsAndBadIds) {
   REQUIRE_CUDA_DEVICE();
   const int64_t vocab = 11, dim = 300, copies = 3;
@@ -133,6 +146,7 @@ TEST(RowOpsGpu, BadShapesAreClear) {
   EXPECT_THROW(cuda_linear_f32_host({1, 2}, 1, 3, {1, 2, 3}, 1), Error);
   EXPECT_THROW(cuda_gather_rows_host({1, 2, 3, 4}, 2, {2}), Error);
   EXPECT_THROW(cuda_add_bias_host({1, 2}, 1, 2, {1}), Error);
+  EXPECT_THROW(cuda_copy_cols_host({1, 2, 3}, 3, 2, {0, 0}, 2, 0, 1, 2), Error);  // src columns 2..4 of 3
 }
 
 }  // namespace

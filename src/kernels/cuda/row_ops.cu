@@ -73,6 +73,15 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, int64_t cols, co
   }
 }
 
+__global__ void copy_cols_kernel(const float* __restrict__ src, int64_t src_ld, int64_t src_c0, float* __restrict__ dst,
+                                 int64_t dst_ld, int64_t dst_c0, int64_t n, int64_t cols) {
+  const int64_t total = n * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[r * dst_ld + dst_c0 + c] = src[r * src_ld + src_c0 + c];
+  }
+}
+
 __global__ void add_bias_kernel(float* __restrict__ y, int64_t n, int64_t cols, const float* __restrict__ bias) {
   const int64_t total = n * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
@@ -137,6 +146,17 @@ void cuda_gather_rows(const float* x, int64_t cols, const int64_t* rows, int64_t
   check(cudaGetLastError(), "gather_rows launch");
 }
 
+void cuda_copy_cols(const float* src, int64_t src_ld, int64_t src_c0, float* dst, int64_t dst_ld, int64_t dst_c0,
+                    int64_t n, int64_t cols, void* stream) {
+  if (src_c0 < 0 || dst_c0 < 0 || cols < 0 || src_c0 + cols > src_ld || dst_c0 + cols > dst_ld)
+    fail("cuda_copy_cols: columns [", src_c0, ", ", src_c0 + cols, ") of rows of ", src_ld, " to [", dst_c0, ", ",
+         dst_c0 + cols, ") of rows of ", dst_ld);
+  if (n <= 0 || cols == 0) return;
+  copy_cols_kernel<<<blocks_for(n * cols), 256, 0, as_stream(stream)>>>(src, src_ld, src_c0, dst, dst_ld, dst_c0, n,
+                                                                       cols);
+  check(cudaGetLastError(), "copy_cols launch");
+}
+
 void cuda_add_bias(float* y, int64_t n, int64_t cols, const float* bias, void* stream) {
   if (n <= 0 || cols <= 0) return;
   add_bias_kernel<<<blocks_for(n * cols), 256, 0, as_stream(stream)>>>(y, n, cols, bias);
@@ -191,6 +211,17 @@ std::vector<float> cuda_gather_rows_host(const std::vector<float>& x, int64_t co
   DeviceBuffer<int64_t> dr(rows.size(), rows.data());
   cuda_gather_rows(dx.p, cols, dr.p, int64_t(rows.size()), dout.p);
   return dout.download(rows.size() * size_t(cols));
+}
+
+std::vector<float> cuda_copy_cols_host(const std::vector<float>& src, int64_t src_ld, int64_t src_c0,
+                                       std::vector<float> dst, int64_t dst_ld, int64_t dst_c0, int64_t n, int64_t cols) {
+  if (int64_t(src.size()) != n * src_ld || int64_t(dst.size()) != n * dst_ld)
+    fail("cuda_copy_cols_host: src must be [", n, ", ", src_ld, "] and dst [", n, ", ", dst_ld, "]");
+  if (src_c0 < 0 || dst_c0 < 0 || cols < 0 || src_c0 + cols > src_ld || dst_c0 + cols > dst_ld)
+    fail("cuda_copy_cols_host: the column block does not fit");
+  DeviceBuffer<float> ds(src.size(), src.data()), dd(dst.size(), dst.data());
+  cuda_copy_cols(ds.p, src_ld, src_c0, dd.p, dst_ld, dst_c0, n, cols);
+  return dd.download(dst.size());
 }
 
 std::vector<float> cuda_add_bias_host(std::vector<float> y, int64_t n, int64_t cols, const std::vector<float>& bias) {

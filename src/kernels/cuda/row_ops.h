@@ -27,6 +27,12 @@ void cuda_add_to_streams(const float* x, int64_t n, int64_t cols, int64_t copies
 void cuda_gather_rows(const float* x, int64_t cols, const int64_t* rows, int64_t n_rows, float* out,
                       void* stream = nullptr);
 
+// dst[r, dst_c0 + c] = src[r, src_c0 + c] for r < n, c < cols (row strides
+// src_ld, dst_ld): a column block moved between row-major matrices (the
+// grouped output projection's per-group inputs and outputs).
+void cuda_copy_cols(const float* src, int64_t src_ld, int64_t src_c0, float* dst, int64_t dst_ld, int64_t dst_c0,
+                    int64_t n, int64_t cols, void* stream = nullptr);
+
 // y[n, cols] += bias[cols] on every row.
 void cuda_add_bias(float* y, int64_t n, int64_t cols, const float* bias, void* stream = nullptr);
 
@@ -49,6 +55,9 @@ std::vector<float> cuda_rms_norm_host(const std::vector<float>& x, int64_t n, in
 std::vector<float> cuda_add_to_streams_host(const std::vector<float>& x, int64_t n, int64_t cols, int64_t copies,
                                             std::vector<float> streams);
 std::vector<float> cuda_gather_rows_host(const std::vector<float>& x, int64_t cols, const std::vector<int64_t>& rows);
+// dst after the copy (dst [n, dst_ld] given, src [n, src_ld]).
+std::vector<float> cuda_copy_cols_host(const std::vector<float>& src, int64_t src_ld, int64_t src_c0,
+                                       std::vector<float> dst, int64_t dst_ld, int64_t dst_c0, int64_t n, int64_t cols);
 std::vector<float> cuda_add_bias_host(std::vector<float> y, int64_t n, int64_t cols, const std::vector<float>& bias);
 // Throws nibble::Error naming the first bad token's id.
 std::vector<float> cuda_embed_host(const WeightView& table, const std::vector<int32_t>& ids, int64_t copies);

@@ -14,6 +14,7 @@ namespace {
 void cuda_rms_norm(const float*, int64_t, int64_t, const float*, float, float*, void*) { no_cuda(); }
 void cuda_add_to_streams(const float*, int64_t, int64_t, int64_t, float*, void*) { no_cuda(); }
 void cuda_gather_rows(const float*, int64_t, const int64_t*, int64_t, float*, void*) { no_cuda(); }
+void cuda_copy_cols(const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t, int64_t, void*) { no_cuda(); }
 void cuda_add_bias(float*, int64_t, int64_t, const float*, void*) { no_cuda(); }
 void cuda_embed(const void*, Format, int64_t, int64_t, const int32_t*, int64_t, int64_t, float*, int32_t*, void*) {
   no_cuda();
@@ -26,6 +27,10 @@ std::vector<float> cuda_add_to_streams_host(const std::vector<float>&, int64_t, 
   no_cuda();
 }
 std::vector<float> cuda_gather_rows_host(const std::vector<float>&, int64_t, const std::vector<int64_t>&) { no_cuda(); }
+std::vector<float> cuda_copy_cols_host(const std::vector<float>&, int64_t, int64_t, std::vector<float>, int64_t,
+                                       int64_t, int64_t, int64_t) {
+  no_cuda();
+}
 std::vector<float> cuda_add_bias_host(std::vector<float>, int64_t, int64_t, const std::vector<float>&) { no_cuda(); }
 std::vector<float> cuda_embed_host(const WeightView&, const std::vector<int32_t>&, int64_t) { no_cuda(); }
 std::vector<float> cuda_linear_f32_host(const std::vector<float>&, int64_t, int64_t, const std::vector<float>&,
