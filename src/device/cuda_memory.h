@@ -10,14 +10,16 @@
 namespace nibble {
 
 void* cuda_device_alloc(size_t bytes);  // on the current device; throws with the size when it fails
-void cuda_device_free(void* p);         // null is fine; synchronises the device (cudaFree)
+void cuda_device_free(void* p);         // null is fine; synchronises the device (cudaFree); never throws
 
 void* cuda_stream_create();             // a non-blocking stream
 void cuda_stream_destroy(void* stream);
 void cuda_stream_sync(void* stream);    // throws on an error of any work queued on it
 
 // Copies on `stream`; the host side of an upload may be reused once the call
-// returns (pageable memory is staged by the driver before it returns).
+// returns (pageable memory is staged by the driver before it returns; the
+// driver also waits for the stream first, so an upload from pageable memory
+// is a host synchronisation: pinned staging is part of the graph work).
 void cuda_upload_async(void* dst, const void* src, size_t bytes, void* stream);
 void cuda_download(void* dst, const void* src, size_t bytes, void* stream);  // waits for the stream first
 void cuda_memset_async(void* dst, int value, size_t bytes, void* stream);

@@ -100,8 +100,8 @@ void CudaBackend::check_errors() {
   if (!err) return;
   cuda_memset_async(error_, 0, sizeof(int32_t), stream_);
   const size_t t = size_t(err - 1);
-  fail("embed: token ", t, t < error_ids_.size() ? " has id " + std::to_string(error_ids_[t]) : std::string(),
-       ", outside the vocabulary");
+  fail("token ", t, t < error_ids_.size() ? " (id " + std::to_string(error_ids_[t]) + ")" : std::string(),
+       " of the last embed or hash-routed MoE: its id is outside the embedding table or the hash-routing table");
 }
 
 void CudaBackend::embed(const WeightView& table, std::span<const int32_t> ids, int64_t copies, Tensor out) {
@@ -127,6 +127,7 @@ void CudaBackend::linear(const BoundLinear& w, Tensor x, Tensor y) {
   if (x.cols != w.cols() || y.cols != w.rows() || x.rows != y.rows)
     fail("linear ", w.w.name, ": activations [", x.rows, ", ", x.cols, "] -> [", y.rows, ", ", y.cols,
          "] do not fit the weight [", w.rows(), ", ", w.cols(), "]");
+  if (x.rows == 0) return;
   if (w.w.format == Format::fp8_block128 || w.w.format == Format::bf16) {
     // Activations rounded once to BF16 rows of the padded width, then the
     // tensor-core kernel (W8A16 / BF16, f32 accumulation).
@@ -145,7 +146,8 @@ void CudaBackend::linear(const BoundLinear& w, Tensor x, Tensor y) {
 }
 
 const CudaBackend::MmaEntry& CudaBackend::mma_weights(const WeightView& w) {
-  if (auto it = mma_.find(w.data); it != mma_.end()) return it->second;
+  const MmaKey key{w.data, w.rows, w.cols};
+  if (auto it = mma_.find(key); it != mma_.end()) return it->second;
   const MmaMatrix m = repack_mma(w);  // throws naming the element for a NaN code or a bad scale
   MmaEntry e;
   e.w = mma_device_shape(m);
@@ -160,7 +162,7 @@ const CudaBackend::MmaEntry& CudaBackend::mma_weights(const WeightView& w) {
     e.w.scales = scales;
   }
   e.k_splits = linear_mma_k_splits(m.rows_padded, m.chunks(), sms_);
-  return mma_.emplace(w.data, e).first->second;
+  return mma_.emplace(key, e).first->second;
 }
 
 void CudaBackend::rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,

@@ -16,6 +16,7 @@
 
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "kernels/cuda/linear_mma.h"
 #include "kernels/cuda/moe_w4a16.h"
@@ -67,7 +68,7 @@ class CudaBackend : public Backend {
 
   // Host <-> device for callers and tests: t's rows * cols values.
   void upload(const float* host, Tensor t);
-  void download(Tensor t, float* host);  // waits for every op queued so far; reports a bad embed id
+  void download(Tensor t, float* host);  // waits for every op queued so far; reports a bad token id
   // What the first steps put on the device (explain / tests).
   const StepArena& arena() const { return *arena_; }
   const WeightMirror& mirror() const { return *mirror_; }
@@ -109,7 +110,10 @@ class CudaBackend : public Backend {
   ForwardProfile* profile_;
   void* stream_ = nullptr;
   int sms_ = 1;
-  std::map<const void*, MmaEntry> mma_;
+  // By stored bytes and shape: a row slice starting at row 0 shares its
+  // matrix's address (grouped_wo_a's first group).
+  using MmaKey = std::tuple<const void*, int64_t, int64_t>;
+  std::map<MmaKey, MmaEntry> mma_;
   std::map<const MoeWeights*, DeviceMoe> moe_;
   std::vector<void*> owned_;  // the MmaEntry and DeviceMoe allocations
   std::unique_ptr<DeviceAllocator> alloc_;
