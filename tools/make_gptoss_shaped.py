@@ -21,23 +21,18 @@ uniform over all 16 (RMS 2.93) under E8M0 block scales 2^-7 jittered by ±1
 binade (so the experts' RMS is ~1/sqrt(in) too), norms ~1, biases small,
 sinks N(0, 1). The model predicts noise; only its speed means anything.
 
-Memory stays bounded (one tensor at a time, <= 270 MB); the folder is written
-under DIR.tmp-nibble and renamed at the end, so it appears complete or not at all.
+Memory stays bounded (one tensor at a time, <= 270 MB); the folder appears
+complete or not at all (tools/shaped_checkpoint.py).
 """
 
 import argparse
-import json
-import os
-import shutil
-import struct
-import sys
-import time
 
 import ml_dtypes
 import numpy as np
 
+from shaped_checkpoint import write_checkpoint
+
 V, D, HEADS, KV, HD, I, E, TOPK = 201088, 2880, 64, 8, 64, 2880, 32, 4
-SHARD_BYTES = 5 << 30
 
 
 def config(layers):
@@ -114,10 +109,6 @@ def tensors(layers):
     return out
 
 
-def nbytes(dtype, shape):
-    return int(np.prod(shape)) * (2 if dtype == "BF16" else 1)
-
-
 def fill(rng, dtype, shape, kind):
     n = int(np.prod(shape))
     if kind[0] == "fp4":
@@ -141,51 +132,11 @@ def main():
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--seed", type=int, default=20)
     a = ap.parse_args()
-    final = os.path.abspath(a.dir)
-    if os.path.exists(final):
-        sys.exit(f"{final} exists; remove it first")
-    tmp = final + ".tmp-nibble"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    ts = tensors(a.layers)
-    # Shards of <= SHARD_BYTES in order, a layer never split across two.
-    shards, cur, size = [], [], 0
-    for t in ts:
-        b = nbytes(t[1], t[2])
-        if cur and size + b > SHARD_BYTES and not t[0].startswith(cur[-1][0].rsplit(".", 2)[0]):
-            shards.append(cur)
-            cur, size = [], 0
-        cur.append(t)
-        size += b
-    shards.append(cur)
-    rng = np.random.default_rng(a.seed)
-    weight_map, total, t0 = {}, 0, time.time()
-    for k, group in enumerate(shards):
-        fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
-        header, off = {"__metadata__": {"format": "pt"}}, 0
-        for name, dtype, shape, _ in group:
-            b = nbytes(dtype, shape)
-            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + b]}
-            off += b
-            weight_map[name] = fname
-        h = json.dumps(header, separators=(",", ":")).encode()
-        h += b" " * (-len(h) % 8)
-        with open(os.path.join(tmp, fname), "wb") as f:
-            f.write(struct.pack("<Q", len(h)))
-            f.write(h)
-            for name, dtype, shape, kind in group:
-                f.write(fill(rng, dtype, shape, kind))
-        total += off
-        print(f"{fname}: {len(group)} tensors, {off / 1e9:.2f} GB ({time.time() - t0:.0f} s)", flush=True)
-    with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(config(a.layers), f, indent=2)
-    with open(os.path.join(tmp, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": 199998, "do_sample": True, "eos_token_id": [200002, 199999, 200012],
-                   "pad_token_id": 199999}, f, indent=2)
-    os.rename(tmp, final)
-    print(f"{final}: {len(ts)} tensors, {total / 1e9:.2f} GB")
+    write_checkpoint(a.dir, tensors(a.layers), fill, a.seed, {
+        "config.json": config(a.layers),
+        "generation_config.json": {"bos_token_id": 199998, "do_sample": True, "eos_token_id": [200002, 199999, 200012],
+                                   "pad_token_id": 199999},
+    })
 
 
 if __name__ == "__main__":

@@ -253,14 +253,16 @@ struct Expectation {
 
 // What the metadata says a weight matrix stored in `stored` (its dtype class)
 // should be.
-Expectation expected(const Metadata& m, const std::string& base, bool fp8_stored) {
+Expectation expected(const Metadata& m, const std::string& base, bool fp8_stored, bool is_matrix) {
   const bool expert = is_expert_weight(base);
   if (m.modelopt && !excluded(m, base)) {
     const std::string src = "hf_quant_config.json, " + schema_of_modelopt(m);
     if (const auto* layer = quantized_layer(m, base))
       return {algo_format(layer->second),
               src + ": quantized_layers[\"" + layer->first + "\"] = " + layer->second};
-    if (auto f = algo_format(m.modelopt_algo)) return {f, src + ": quant_algo " + m.modelopt_algo};
+    // A blanket quant_algo covers the linear layers: ModelOpt quantizes no
+    // norm (gpt-oss's NVFP4 exports name only the modules they exclude).
+    if (auto f = algo_format(m.modelopt_algo); f && is_matrix) return {f, src + ": quant_algo " + m.modelopt_algo};
   }
   // ModelOpt's moe_quant_algo covers what hf_quant_config.json quantized:
   // a module it excludes (NVIDIA's release keeps mtp.* in MXFP4) falls through.
@@ -492,7 +494,7 @@ Detection detect_formats(const Checkpoint& ck) {
       d.unsupported = std::string(dtype_name(t->dtype)) + " weight without known scales";
       det.unsupported.push_back({d.unsupported, "tensors", t->name});
     } else {
-      auto exp = expected(meta, base, t->dtype == DType::F8_E4M3);
+      auto exp = expected(meta, base, t->dtype == DType::F8_E4M3, d.is_matrix);
       if (exp.format && *exp.format != d.format) {
         det.warnings.push_back(base + ": metadata says " + format_name(*exp.format) + " (" + exp.provenance +
                                ") but the tensors are " + format_name(d.format) + " (" + evidence +

@@ -59,7 +59,7 @@ namespace nibble::cli {
 namespace {
 
 const std::vector<OptionSpec> kOptions = {
-    {"--format", "F", "weight format: mxfp4, nvfp4, fp8_block128, bf16, f32 (linear default fp8_block128, moe mxfp4)"},
+    {"--format", "F", "weight format: mxfp4, nvfp4, fp8_block128, bf16, f32, int4 (linear default fp8_block128, moe mxfp4)"},
     {"--rows", "R", "linear: output features (default 4096)"},
     {"--cols", "C", "linear: input features (default 4096)"},
     {"--batch", "B[,B...]", "tokens per call; a comma list runs each (default 1)"},
@@ -76,7 +76,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--bandwidth", "GBPS", "take this read bandwidth for the ratio instead of measuring it"},
     {"--probe-memory", "WHEN", "when the probe's buffer is first touched: interleaved with the weights (default; the same kind of memory), first or last (before / after all weights)"},
     {"--json", "", "one JSON object per measurement, one per line"},
-    {"--device", "NAME", "cuda (or cuda:0): time the CUDA tensor-core kernels instead (linear: fp8_block128 / bf16; moe: mxfp4 / nvfp4 at DeepSeek-V4-Flash's layer shape), tokens 1..64 unless --batch; skipped, saying why, without a GPU"},
+    {"--device", "NAME", "cuda (or cuda:0): time the CUDA tensor-core kernels instead (linear: fp8_block128 / bf16; moe: mxfp4 / nvfp4 / int4 at DeepSeek-V4-Flash's layer shape), tokens 1..64 unless --batch; skipped, saying why, without a GPU"},
 };
 
 using Clock = std::chrono::steady_clock;
@@ -370,7 +370,7 @@ Format parse_weight_format(const ParsedArgs& args, const char* fallback) {
   const std::string name = args.str("--format", fallback);
   auto f = parse_format(name);
   if (!f || *f == Format::int_index)
-    usage_fail("flag --format: unknown weight format '", name, "' (mxfp4, nvfp4, fp8_block128, bf16, f32)");
+    usage_fail("flag --format: unknown weight format '", name, "' (mxfp4, nvfp4, fp8_block128, bf16, f32, int4)");
   return *f;
 }
 
@@ -415,7 +415,8 @@ int bench_linear(const ParsedArgs& args, ThreadPool& pool, bool json) {
   const int64_t rows = args.integer("--rows", 4096, 1, 1 << 20);
   const int64_t cols = args.integer("--cols", 4096, 1, 1 << 20);
   // FP4 blocks run along the input features: a partial block cannot be stored.
-  if (const int64_t block = format == Format::mxfp4 ? 32 : format == Format::nvfp4 ? 16 : 1; cols % block)
+  if (const int64_t block = format == Format::mxfp4 || format == Format::int4 ? 32 : format == Format::nvfp4 ? 16 : 1;
+      cols % block)
     usage_fail("flag --cols: ", format_name(format), " stores blocks of ", block, " input features; ", cols,
                " is not a multiple of ", block);
   const Fp8ScaleType fp8 = parse_fp8_scale(args);
@@ -528,6 +529,7 @@ int bench_moe(const ParsedArgs& args, ThreadPool& pool, bool json) {
   one.rows = I;
   one.cols = D;
   one.fp8_scale = fp8;
+  one.group = format == Format::int4 ? 32 : 0;  // random_weights' INT4 group
   shape.bytes = 3.0 * double(one.bytes()) * double(K + 1);
   shape.flops = 2.0 * 3.0 * double(I * D) * double(K + 1) * double(shape.batch);
   const BenchKernel backend = resolve_backend(args, shape, pool.size());

@@ -37,8 +37,8 @@ const std::vector<OptionSpec> kOptions = {
 };
 
 const char* kDescription =
-    "Writes a copy of the DeepSeek-V4 style checkpoint SRC to DST with its routed experts\n"
-    "in another FP4 format. Every other tensor is copied byte for byte, the shards keep\n"
+    "Writes a copy of the DeepSeek-V4 style or gpt-oss checkpoint SRC to DST with its routed\n"
+    "experts in another FP4 format. Every other tensor is copied byte for byte, the shards keep\n"
     "the source's names, and config.json, hf_quant_config.json and the index are written\n"
     "for the new format; every other file (tokenizer, generation config, ...) is copied.\n"
     "\n"
@@ -48,6 +48,9 @@ const char* kDescription =
     "  NVFP4 -> MXFP4  re-quantization, lossy in general: the error is reported.\n"
     "                  Metadata: DeepSeek's expert_dtype \"fp4\".\n"
     "  BF16  -> either round-to-nearest quantization (docs/formats.md).\n"
+    "  gpt-oss: the stacked MXFP4 *_blocks / *_scales to per-expert NVFP4 tensors\n"
+    "                  (ModelOpt's per-module names; the lossless cast per expert), and\n"
+    "                  back to the stacked layout byte for byte.\n"
     "\n"
     "NVFP4 .input_scale: a data-free bound on the activation, not a calibrated value\n"
     "(see docs/convert.md); W4A16 kernels ignore it.\n"

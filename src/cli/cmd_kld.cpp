@@ -108,9 +108,9 @@ int run_kld(const std::vector<std::string>& argv) {
   const bool json = args.has("--json");
   const std::string text = read_text_file(text_path);  // before the slow loads: a bad path fails fast
 
-  const std::string tok_path = dir + "/tokenizer.json";
-  if (!std::filesystem::exists(tok_path)) fail(dir, ": no tokenizer.json (kld tokenizes --text with it)");
-  const Tokenizer tokenizer = Tokenizer::from_file(tok_path);
+  if (Tokenizer::file_in(dir).empty())
+    fail(dir, ": no tokenizer.json or tiktoken.model (kld tokenizes --text with it)");
+  const Tokenizer tokenizer = Tokenizer::from_model_dir(dir);
   const std::vector<int32_t> stream = tokenizer.encode(text, /*allow_special=*/false);
   if (stream.size() < 2)
     fail("--text: ", text_path, " encodes to ", stream.size(), " token", stream.size() == 1 ? "" : "s",
@@ -143,7 +143,7 @@ int run_kld(const std::vector<std::string>& argv) {
   }
   const int64_t vocab = base.engine->vocab_size();
   if (int64_t(tokenizer.vocab_size()) > vocab)
-    fail(tok_path, ": the tokenizer has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", vocab);
+    fail(tokenizer.path(), ": the tokenizer has ", tokenizer.vocab_size(), " ids but the model's vocab_size is ", vocab);
   const int64_t bos = base.engine->bos_token_id();
   const int64_t max_ctx = base.engine->max_context();
   const int64_t ctx = ctx_flag > 0 ? ctx_flag : std::min<int64_t>(512, max_ctx);

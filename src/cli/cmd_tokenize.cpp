@@ -1,5 +1,5 @@
 // `nibble tokenize [MODEL_DIR] -p TEXT`: the token ids of a text with the
-// model's tokenizer, and what each decodes to. Only tokenizer.json and
+// model's tokenizer, and what each decodes to. Only the tokenizer files and
 // config.json's bos_token_id are read; the weights are not loaded, so it
 // answers at once even for a large model.
 #include <cstdio>
@@ -59,9 +59,9 @@ int run_tokenize(const std::vector<std::string>& argv) {
   if (args.has("--ids") && args.has("--json")) usage_fail("give --ids or --json, not both");
   const std::string dir = model_dir_arg(args, /*shipped_default=*/true, usage);
   const std::string text = read_text(args, usage);
-  const std::string tok_path = dir + "/tokenizer.json";
-  if (!std::filesystem::exists(tok_path)) fail(dir, ": no tokenizer.json");
-  const Tokenizer tok = Tokenizer::from_file(tok_path);
+  const std::string tok_path = Tokenizer::file_in(dir);  // tokenizer.json, else tiktoken.model
+  if (tok_path.empty()) fail(dir, ": no tokenizer.json or tiktoken.model");
+  const Tokenizer tok = Tokenizer::from_model_dir(dir);
 
   std::vector<int32_t> ids;
   if (args.has("--bos")) {

@@ -78,10 +78,10 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   // The tokenizer first: a text command without one fails before the
   // weights load, and sampling stays within the ids it has text for.
   if (with_tokenizer) {
-    const std::string tok_path = tm.dir + "/tokenizer.json";
-    if (!fs::exists(tok_path))
-      fail(tm.dir, ": no tokenizer.json (text commands need one; `nibble run --tokens IDS` and `nibble logits` do not)");
-    tm.tokenizer = Tokenizer::from_file(tok_path);
+    if (Tokenizer::file_in(tm.dir).empty())
+      fail(tm.dir, ": no tokenizer.json or tiktoken.model (text commands need one; `nibble run --tokens IDS` and "
+                   "`nibble logits` do not)");
+    tm.tokenizer = Tokenizer::from_model_dir(tm.dir);
     opt.sample_vocab = int64_t(tm.tokenizer.vocab_size());
   }
   tm.engine = Engine::load(tm.dir, opt);
@@ -95,7 +95,7 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   }
   tm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (with_tokenizer && int64_t(tm.tokenizer.vocab_size()) > tm.engine->vocab_size())
-    fail(tm.dir + "/tokenizer.json", ": the tokenizer has ", tm.tokenizer.vocab_size(),
+    fail(tm.tokenizer.path(), ": the tokenizer has ", tm.tokenizer.vocab_size(),
          " ids but the model's vocab_size is ", tm.engine->vocab_size());
   return tm;
 }

@@ -81,12 +81,16 @@ void verify_output(const std::string& dir, const ConvertPlan& plan) {
   std::map<std::string, Format> formats;
   for (const auto& t : det.tensors) formats[t.name] = t.format;
   for (const auto& e : plan.experts) {
-    auto it = formats.find(e.base);
-    if (it == formats.end()) fail(dir, ": converted expert ", e.base, " is missing from the output");
+    const std::string& name = e.stacked.empty() ? e.base : e.stacked;  // gpt-oss: one stacked tensor holds E experts
+    auto it = formats.find(name);
+    if (it == formats.end()) fail(dir, ": converted expert ", name, " is missing from the output");
     if (it->second != plan.target)
-      fail(dir, ": converted expert ", e.base, " reads back as ", format_name(it->second), ", not ",
+      fail(dir, ": converted expert ", name, " reads back as ", format_name(it->second), ", not ",
            format_name(plan.target));
   }
+  // The metadata convert wrote for gpt-oss must describe its tensors exactly.
+  if (plan.layout == ExpertLayout::gpt_oss && !det.warnings.empty())
+    fail(dir, ": the converted checkpoint's metadata contradicts its tensors: ", det.warnings.front());
 }
 
 }  // namespace
@@ -111,17 +115,8 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
     const Unsupported& u = det.unsupported.front();
     fail("SRC ", opt.src, ": ", u.method, " (", u.source, u.tensor.empty() ? "" : ", tensor " + u.tensor,
          ") is not a format convert reads; it converts DeepSeek-V4-style checkpoints with MXFP4, NVFP4 or BF16 "
-         "routed experts");
+         "routed experts and gpt-oss's MXFP4 / per-expert NVFP4 experts");
   }
-  // gpt-oss's experts are stacked *_blocks / *_scales tensors (one per layer
-  // and projection, every expert inside): nibble runs them, but convert's
-  // plan rewrites DeepSeek-V4's per-expert w1/w2/w3 matrices only.
-  for (const DetectedTensor& t : det.tensors)
-    if (t.format == Format::mxfp4 && t.parts[0]->name.size() > 7 &&
-        t.parts[0]->name.compare(t.parts[0]->name.size() - 7, 7, "_blocks") == 0)
-      fail("SRC ", opt.src, ": tensor ", t.parts[0]->name, " holds gpt-oss-layout MXFP4 experts (stacked *_blocks / "
-           "*_scales); convert does not rewrite that layout yet (it converts DeepSeek-V4-style checkpoints: "
-           "layers.N.ffn.experts.M.w1/w2/w3)");
   OutputStaging staging(opt.src, opt.dst, opt.force);
   report.replaced_existing = staging.replaces_existing();
 
@@ -136,7 +131,7 @@ ConvertReport convert_checkpoint(const ConvertOptions& opt) {
   report.experts_converted = int64_t(plan.experts.size());
   report.experts_kept = plan.experts_kept;
   report.mtp_experts_kept = plan.mtp_experts_kept;
-  if (plan.experts.empty() && plan.experts_kept == 0)
+  if (plan.experts.empty() && plan.experts_kept == 0 && plan.layout == ExpertLayout::dsv4)
     fail("SRC ", opt.src, ": no routed experts in DeepSeek-V4 naming (layers.N.ffn.experts.M.w1/w2/w3.weight) "
          "were found (metadata: ", det.metadata_schema, "); convert rewrites only those");
 

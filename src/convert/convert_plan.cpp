@@ -8,6 +8,7 @@
 #include <regex>
 #include <nlohmann/json.hpp>
 
+#include "convert/gpt_oss_plan.h"
 #include "convert/source_pages.h"
 #include "format/block.h"
 #include "format/element.h"
@@ -78,26 +79,6 @@ double config_number(const Checkpoint& ck, const char* key, double fallback) {
   return (it != ck.config().end() && it->is_number()) ? it->get<double>() : fallback;
 }
 
-// Largest |gamma| of the RMSNorm in front of a layer's experts.
-std::optional<float> norm_amax(const Checkpoint& ck, const std::string& prefix) {
-  const TensorInfo* g = ck.find(prefix + ".ffn_norm.weight");
-  if (!g || (g->dtype != DType::BF16 && g->dtype != DType::F32)) return std::nullopt;
-  float m = 0;
-  for (int64_t i = 0; i < g->numel(); ++i) {
-    float v;
-    if (g->dtype == DType::BF16) {
-      uint16_t h;
-      std::memcpy(&h, g->data + 2 * i, 2);
-      v = bf16_decode(h);
-    } else {
-      std::memcpy(&v, g->data + 4 * i, 4);
-    }
-    if (!std::isfinite(v)) fail(g->file, ": tensor ", g->name, " element ", i, " is ", v);
-    m = std::max(m, std::fabs(v));
-  }
-  return m;
-}
-
 // input_scale for a converted expert (docs/convert.md, "input_scale"). It
 // matters only to W4A4 kernels, which quantize activations with global scale
 // 1 / input_scale; ModelOpt writes a calibrated activation amax / 2688, which
@@ -123,7 +104,7 @@ float input_scale_for(const Checkpoint& ck, const ExpertName& n, int64_t cols, s
     const double rsf = std::max(1.0, config_number(ck, "routed_scaling_factor", 1.0));
     bound = rsf * limit * (limit / (1.0 + std::exp(-limit)));
   } else {
-    auto g = norm_amax(ck, n.prefix);
+    auto g = vector_amax(ck, n.prefix + ".ffn_norm.weight");
     if (!g) {
       warnings->push_back(n.prefix + ".ffn_norm.weight is missing or not BF16/F32: the input_scale of " +
                           n.module + ".*.w1/w3 assumes max|gamma| = 1");
@@ -147,14 +128,32 @@ std::string file_name(const std::string& path) { return fs::path(path).filename(
 
 }  // namespace
 
-ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format target, MtpExperts mtp,
-                              const PlanProgress& progress) {
-  if (target != Format::nvfp4 && target != Format::mxfp4)
-    fail("nibble convert writes nvfp4 or mxfp4 experts, not ", format_name(target));
-  ConvertPlan plan;
-  plan.target = target;
-  plan.source_bytes = ck.total_bytes();
+std::optional<float> vector_amax(const Checkpoint& ck, const std::string& name) {
+  const TensorInfo* g = ck.find(name);
+  if (!g || (g->dtype != DType::BF16 && g->dtype != DType::F32)) return std::nullopt;
+  float m = 0;
+  for (int64_t i = 0; i < g->numel(); ++i) {
+    float v;
+    if (g->dtype == DType::BF16) {
+      uint16_t h;
+      std::memcpy(&h, g->data + 2 * i, 2);
+      v = bf16_decode(h);
+    } else {
+      std::memcpy(&v, g->data + 4 * i, 4);
+    }
+    if (!std::isfinite(v)) fail(g->file, ": tensor ", g->name, " element ", i, " is ", v);
+    m = std::max(m, std::fabs(v));
+  }
+  return m;
+}
 
+namespace {
+
+// DeepSeek-V4's routed experts (layers.N.ffn.experts.M.w1/w2/w3): each
+// matrix its own tensors, w1/w3 of an expert sharing weight_scale_2.
+PlannedExperts plan_dsv4_experts(const Checkpoint& ck, const Detection& det, Format target, MtpExperts mtp,
+                                 const PlanProgress& progress, bool* has_fp8_block) {
+  PlannedExperts plan;
   // ---- Which expert matrices change ----------------------------------------
   struct Pending {
     const DetectedTensor* t;
@@ -163,15 +162,15 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
   };
   std::vector<Pending> pending;
   for (const auto& t : det.tensors) {
-    if (t.format == Format::fp8_block128) plan.has_fp8_block = true;
+    if (t.format == Format::fp8_block128) *has_fp8_block = true;
     if (!t.is_matrix || !t.unsupported.empty()) continue;
     auto name = parse_expert(t.name);
     if (!name) continue;
     auto op = choose_op(t, target, name->mtp, mtp);
     plan.module_formats[name->module].insert(op ? target : t.format);
     if (!op) {
-      ++plan.experts_kept;
-      if (name->mtp) ++plan.mtp_experts_kept;
+      ++plan.kept;
+      if (name->mtp) ++plan.mtp_kept;
       continue;
     }
     if (t.cols % kMxfp4Block != 0)
@@ -238,24 +237,68 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
     }
     if (target == Format::nvfp4)
       e.input_scale = input_scale_for(ck, p.name, e.source.cols, &plan.warnings, &input_cache);
-    plan.experts.push_back(std::move(e));
+    for (const TensorInfo* part : p.t->parts) plan.consumed.insert(part->name);
+    const TensorInfo* w = p.t->parts[0];
+    plan.experts.push_back({std::move(e), file_name(w->file), w->offset});
   }
+  return plan;
+}
+
+}  // namespace
+
+ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format target, MtpExperts mtp,
+                              const PlanProgress& progress) {
+  if (target != Format::nvfp4 && target != Format::mxfp4)
+    fail("nibble convert writes nvfp4 or mxfp4 experts, not ", format_name(target));
+  ConvertPlan plan;
+  plan.target = target;
+  plan.source_bytes = ck.total_bytes();
+  plan.layout = is_gpt_oss(ck) ? ExpertLayout::gpt_oss : ExpertLayout::dsv4;
+  PlannedExperts found = plan.layout == ExpertLayout::gpt_oss
+                             ? plan_gpt_oss_experts(ck, det, target, progress)
+                             : plan_dsv4_experts(ck, det, target, mtp, progress, &plan.has_fp8_block);
+  plan.experts_kept = found.kept;
+  plan.mtp_experts_kept = found.mtp_kept;
+  plan.module_formats = std::move(found.module_formats);
+  plan.warnings = std::move(found.warnings);
+  for (auto& p : found.experts) plan.experts.push_back(p.item);
+
 
   // ---- Output shards ---------------------------------------------------------
-  std::set<std::string> consumed;  // stored tensors replaced by converted ones
+  const std::set<std::string>& consumed = found.consumed;
   std::map<std::string, std::vector<Unit>> units;  // output file -> units
-  for (size_t i = 0; i < pending.size(); ++i) {
-    for (const TensorInfo* part : pending[i].t->parts) consumed.insert(part->name);
+  for (size_t i = 0; i < found.experts.size();) {
     const ExpertItem& e = plan.experts[i];
-    const TensorInfo* w = pending[i].t->parts[0];
     const int64_t rows = e.source.rows, cols = e.source.cols;
+    auto& list = units[found.experts[i].file];
     Unit data;
-    data.order = w->offset;
-    data.name = e.base;
+    data.order = found.experts[i].order;
     OutputTensor wt, st;
     wt.kind = OutputTensor::Kind::expert_weight;
     st.kind = OutputTensor::Kind::expert_scale;
     wt.expert = st.expert = int(i);
+    if (!e.stacked.empty()) {
+      // gpt-oss's stacked MXFP4 tensors: the experts that follow with the
+      // same stacked name, in a row ([E, rows, cols/32, 16] and [E, rows, cols/32]).
+      size_t n = 1;
+      while (i + n < found.experts.size() && plan.experts[i + n].stacked == e.stacked) {
+        const ExpertSource& o = plan.experts[i + n].source;
+        if (o.rows != rows || o.cols != cols)
+          fail("tensor ", plan.experts[i + n].base, " holds [", o.rows, ", ", o.cols, "] but ", e.base, " [", rows,
+               ", ", cols, "]: the experts of ", e.stacked, " must have one shape");
+        ++n;
+      }
+      const int64_t E = int64_t(n);
+      data.name = e.stacked;
+      wt.expert_count = st.expert_count = int(n);
+      wt.spec = {e.stacked + "_blocks", DType::U8, {E, rows, cols / kMxfp4Block, kMxfp4Block / 2}};
+      st.spec = {e.stacked + "_scales", DType::U8, {E, rows, cols / kMxfp4Block}};
+      data.tensors = {wt, st};
+      list.push_back(std::move(data));
+      i += n;
+      continue;
+    }
+    data.name = e.base;
     if (target == Format::nvfp4) {
       wt.spec = {e.base + ".weight", DType::U8, {rows, cols / 2}};
       st.spec = {e.base + ".weight_scale", DType::F8_E4M3, {rows, cols / kNvfp4Block}};
@@ -264,7 +307,6 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
       st.spec = {e.base + ".scale", DType::F8_E8M0, {rows, cols / kMxfp4Block}};
     }
     data.tensors = {wt, st};
-    auto& list = units[file_name(w->file)];
     list.push_back(std::move(data));
     if (target == Format::nvfp4) {
       const float s_g = e.op == ExpertOp::mxfp4_to_nvfp4 ? mxfp4_to_nvfp4_global_scale(e.params.k_max)
@@ -272,7 +314,7 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
       for (auto [suffix, value] : {std::pair<const char*, float>{".weight_scale_2", s_g}, {".input_scale", e.input_scale}}) {
         Unit u;
         u.align = 4;
-        u.order = w->offset;
+        u.order = found.experts[i].order;
         u.name = e.base + suffix;
         OutputTensor s;
         s.kind = OutputTensor::Kind::scalar;
@@ -282,6 +324,7 @@ ConvertPlan make_convert_plan(const Checkpoint& ck, const Detection& det, Format
         list.push_back(std::move(u));
       }
     }
+    ++i;
   }
   for (const TensorInfo* t : ck.tensors()) {
     if (consumed.count(t->name)) continue;

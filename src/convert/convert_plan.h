@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,19 +46,24 @@ struct ExpertItem {
   bool all_in_window = false;  // MXFP4 -> NVFP4 with every block within 17 binades of k_max:
                                // the packed bytes are the source's, only the scales change
   float input_scale = 0;       // NVFP4 target: the .input_scale written (see docs/convert.md)
+  // gpt-oss, MXFP4 target: the stacked tensor this expert is one slice of
+  // ("model.layers.0.mlp.experts.gate_up_proj", stored as _blocks / _scales);
+  // empty: the expert has tensors of its own (`base`.weight, ...).
+  std::string stacked;
 };
 
 struct OutputTensor {
   enum class Kind {
     copy,           // bytes of `src`, unchanged
-    expert_weight,  // packed FP4 of experts[expert]
-    expert_scale,   // block scales of experts[expert]; always right after its weight
+    expert_weight,  // packed FP4 of experts[expert, expert + expert_count), one after the other
+    expert_scale,   // their block scales, likewise; always right after the weight
     scalar,         // one F32 `value` (weight_scale_2, input_scale)
   };
   TensorSpec spec;
   Kind kind = Kind::copy;
   const TensorInfo* src = nullptr;  // copy
-  int expert = -1;                  // expert_weight / expert_scale
+  int expert = -1;                  // expert_weight / expert_scale: the first expert
+  int expert_count = 1;             // > 1: gpt-oss's stacked *_blocks / *_scales, E experts in a row
   float value = 0;                  // scalar
 };
 
@@ -68,8 +74,15 @@ struct ShardPlan {
   uint64_t data_bytes = 0;                   // sum of tensor bytes
 };
 
+// Which checkpoint layout the plan rewrites.
+enum class ExpertLayout {
+  dsv4,     // layers.N.ffn.experts.M.w1/w2/w3 (DeepSeek-V4)
+  gpt_oss,  // model.layers.N.mlp.experts.{gate_up,down}_proj: stacked MXFP4 or per-expert NVFP4 (gpt_oss_plan.h)
+};
+
 struct ConvertPlan {
   Format target = Format::nvfp4;
+  ExpertLayout layout = ExpertLayout::dsv4;
   std::vector<ExpertItem> experts;  // the matrices that change format
   std::vector<ShardPlan> shards;
   int64_t experts_kept = 0;         // routed-expert matrices copied unchanged
@@ -80,10 +93,32 @@ struct ConvertPlan {
   std::vector<std::string> warnings;
 };
 
+// A converted expert matrix as a layout's planner finds it.
+struct PlannedExpert {
+  ExpertItem item;
+  std::string file;    // output shard: the source shard holding its weight
+  uint64_t order = 0;  // source offset of its weight bytes (the output follows the source)
+};
+
+// What a layout's planner found: the matrices that change format, the
+// stored tensors they replace, and what stays.
+struct PlannedExperts {
+  std::vector<PlannedExpert> experts;        // stacked ones (ExpertItem::stacked) consecutive, in order
+  std::set<std::string> consumed;            // stored tensors replaced by the converted ones
+  int64_t kept = 0, mtp_kept = 0;            // expert matrices copied unchanged
+  std::map<std::string, std::set<Format>> module_formats;
+  std::vector<std::string> warnings;
+};
+
 struct PlanProgress {
   std::function<void(uint64_t done, uint64_t total)> on_scan;  // bytes of the scale scan
   const std::atomic<int>* cancel = nullptr;                    // non-zero: stop (the signal number)
 };
+
+// Largest |x| of the BF16 / F32 vector `name` (a norm's gamma, for the
+// input_scale bound); nullopt when it is missing or of another dtype, an
+// error naming it for a NaN or infinite element.
+std::optional<float> vector_amax(const Checkpoint& ck, const std::string& name);
 
 // Throws nibble::Error naming the tensor for anything that cannot be
 // converted (an FP8 expert, a column count that is not a multiple of 32, a

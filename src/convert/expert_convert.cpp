@@ -73,6 +73,54 @@ ExpertStats cast_rows(const ExpertSource& src, int k_max, int64_t r0, int64_t r1
   return st;
 }
 
+// The UE8M0 code of s_b * s_g when the block's two E4M3 halves share one
+// scale code and that product is exactly 2^k with k in UE8M0's range; -1
+// otherwise. Both factors are powers of two here, so the f32 product is exact.
+int cast_block_code(const uint8_t* half_scales, float global_scale) {
+  if (half_scales[0] != half_scales[1] || (half_scales[0] & 0x7F) == 0x7F) return -1;
+  const float s = e4m3_decode(half_scales[0]) * global_scale;
+  if (!(s > 0) || !std::isfinite(s)) return -1;
+  int e = 0;
+  if (std::frexp(s, &e) != 0.5f) return -1;  // s = 0.5 * 2^e
+  const int k = e - 1;
+  return k < -127 || k > 127 ? -1 : k + 127;
+}
+
+// nvfp4 -> mxfp4 with restore_cast_blocks: blocks the lossless cast wrote
+// get their MX bytes back, the others go through the re-quantizer one block
+// at a time.
+ExpertStats nv_to_mx_restoring_rows(const ExpertSource& src, int64_t r0, int64_t r1, uint8_t* out_packed,
+                                    uint8_t* out_scales) {
+  const int64_t cols = src.cols, mx_row = cols / kMxfp4Block, nv_row = cols / kNvfp4Block;
+  ExpertStats st;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t b = 0; b < mx_row; ++b) {
+      const uint8_t* in = src.data + r * (cols / 2) + b * (kMxfp4Block / 2);
+      const uint8_t* in_scales = src.scales + r * nv_row + 2 * b;
+      uint8_t* out = out_packed + (r - r0) * (cols / 2) + b * (kMxfp4Block / 2);
+      uint8_t* out_scale = out_scales + (r - r0) * mx_row + b;
+      ++st.blocks;
+      const int code = cast_block_code(in_scales, src.global_scale);
+      if (code >= 0) {
+        std::memcpy(out, in, kMxfp4Block / 2);
+        *out_scale = uint8_t(code);
+        ++st.exact;
+        continue;
+      }
+      CastStats cs;
+      try {
+        cs = nvfp4_to_mxfp4(in, in_scales, 1, kMxfp4Block, src.global_scale, out, out_scale);
+      } catch (const Error& e) {
+        fail("row ", r, ", block ", b, " (columns ", b * kMxfp4Block, "..", b * kMxfp4Block + kMxfp4Block - 1,
+             "): ", e.what());
+      }
+      st.exact += cs.exact;
+      st.requantized += 1;
+      st.max_abs_error = std::max(st.max_abs_error, cs.max_abs_error);
+    }
+  return st;
+}
+
 ExpertStats nv_to_mx_rows(const ExpertSource& src, int64_t r0, int64_t r1, uint8_t* out_packed,
                           uint8_t* out_scales) {
   const int64_t cols = src.cols;
@@ -157,7 +205,9 @@ ExpertStats convert_expert_rows(const ExpertSource& src, ExpertOp op, const Expe
   try {
     switch (op) {
       case ExpertOp::mxfp4_to_nvfp4: return cast_rows(src, params.k_max, r0, r1, out_packed, out_scales);
-      case ExpertOp::nvfp4_to_mxfp4: return nv_to_mx_rows(src, r0, r1, out_packed, out_scales);
+      case ExpertOp::nvfp4_to_mxfp4:
+        return params.restore_cast_blocks ? nv_to_mx_restoring_rows(src, r0, r1, out_packed, out_scales)
+                                          : nv_to_mx_rows(src, r0, r1, out_packed, out_scales);
       case ExpertOp::float_to_nvfp4:
       case ExpertOp::float_to_mxfp4:
         return float_rows(src, op, params.global_scale, r0, r1, out_packed, out_scales);

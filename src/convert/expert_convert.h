@@ -42,6 +42,12 @@ struct ExpertSource {
 struct ExpertTargetParams {
   int k_max = 0;          // mxfp4 -> nvfp4: the largest block exponent of the tensor or w1/w3 pair
   float global_scale = 0; // float -> nvfp4: s_g (weight_scale_2)
+  // nvfp4 -> mxfp4: a block whose two halves have one E4M3 scale with
+  // s_b * s_g a power of two 2^k (every block the lossless cast wrote) goes
+  // back to the MX block the cast came from: its FP4 bytes copied, scale k.
+  // Same values as re-quantizing (both exact), but the source's bytes even
+  // where its quantizer chose another scale than OCP's floor(log2 amax) - 2.
+  bool restore_cast_blocks = false;
 };
 
 struct ExpertStats {

@@ -1,6 +1,7 @@
 #include "convert/quant_metadata.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -49,9 +50,103 @@ std::tuple<int, long, std::string> module_key(const std::string& m) {
 
 std::string dump(const ojson& j) { return j.dump(2, ' ', /*ensure_ascii=*/false) + "\n"; }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+// What gpt-oss's published config.json lists when a source has no list.
+const char* const kGptOssNotConverted[] = {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                           "model.embed_tokens", "lm_head"};
+
+// gpt-oss (docs/convert.md, "gpt-oss"). NVFP4 experts: ModelOpt's NVFP4
+// schema as its gpt-oss exports write it (quant_algo NVFP4, exclude_modules;
+// no quantized_layers, since every module it does not exclude is NVFP4),
+// the exclusions taken from quantization_config.modules_to_not_convert.
+// Those are module names ("model.layers.*.self_attn") that transformers
+// matches with their submodules; ModelOpt's exclude_modules are fnmatch
+// patterns over full names, so each becomes "<module>*". MXFP4 experts:
+// the published stanza {modules_to_not_convert, quant_method mxfp4}, the
+// list taken back from the exclusions (the trailing "*" dropped), no
+// hf_quant_config.json.
+ConvertedMetadata gpt_oss_metadata(const std::string& config_path, const ConvertPlan& plan) {
+  ConvertedMetadata out;
+  const std::string hf_path = (std::filesystem::path(config_path).parent_path() / "hf_quant_config.json").string();
+  const bool has_hf = std::filesystem::exists(hf_path);
+  if (plan.experts.empty()) {  // every layer already in the target format: the metadata stays as it was
+    out.config_json = std::filesystem::exists(config_path) ? read_bytes(config_path) : dump(ojson::object());
+    if (has_hf) out.hf_quant_config = read_bytes(hf_path);
+    return out;
+  }
+  ojson cfg = read_ordered(config_path);
+  ojson qc = cfg.contains("quantization_config") && cfg["quantization_config"].is_object()
+                 ? cfg["quantization_config"]
+                 : ojson::object();
+  auto strings = [&](const ojson& list, const std::string& where) {
+    std::vector<std::string> v;
+    if (list.is_null()) return v;
+    if (!list.is_array()) fail(where, " must be a list of module names");
+    for (const auto& e : list) {
+      if (!e.is_string()) fail(where, " must be a list of module names");
+      v.push_back(e.get<std::string>());
+    }
+    return v;
+  };
+  if (plan.target == Format::nvfp4) {
+    std::vector<std::string> keep = strings(qc.value("modules_to_not_convert", ojson()),
+                                            config_path + ": quantization_config.modules_to_not_convert");
+    if (keep.empty()) keep.assign(std::begin(kGptOssNotConverted), std::end(kGptOssNotConverted));
+    for (const auto& m : keep) out.exclude_modules.push_back(m + "*");
+    for (const auto& [module, formats] : plan.module_formats) out.quantized_layers.push_back(module);
+    std::sort(out.quantized_layers.begin(), out.quantized_layers.end(), [](const std::string& a, const std::string& b) {
+      return std::strtol(a.c_str() + a.find_first_of("0123456789"), nullptr, 10) <
+             std::strtol(b.c_str() + b.find_first_of("0123456789"), nullptr, 10);
+    });
+    ojson producer = {{"name", "nibble"}, {"version", kNibbleVersion}};
+    ojson hf = {{"producer", producer},
+                {"quantization",
+                 {{"quant_algo", "NVFP4"},
+                  {"kv_cache_quant_algo", nullptr},
+                  {"group_size", 16},
+                  {"exclude_modules", out.exclude_modules}}}};
+    out.hf_quant_config = dump(hf);
+    const ojson fp4 = {{"dynamic", false}, {"group_size", 16}, {"num_bits", 4}, {"type", "float"}};
+    qc = {{"quant_method", "modelopt"},
+          {"quant_algo", "NVFP4"},
+          {"group_size", 16},
+          {"kv_cache_quant_algo", nullptr},
+          {"producer", producer},
+          {"ignore", out.exclude_modules},  // ModelOpt's config.json name for exclude_modules
+          {"config_groups",
+           {{"group_0", {{"targets", ojson::array({"Linear"})}, {"weights", fp4}, {"input_activations", fp4}}}}}};
+  } else {
+    std::vector<std::string> excluded;
+    if (has_hf) {
+      ojson hf = read_ordered(hf_path);
+      const ojson& q = hf.contains("quantization") && hf["quantization"].is_object() ? hf["quantization"] : hf;
+      excluded = strings(q.value("exclude_modules", ojson()), hf_path + ": quantization.exclude_modules");
+    } else {
+      excluded = strings(qc.value("ignore", ojson()), config_path + ": quantization_config.ignore");
+    }
+    std::vector<std::string> keep;
+    for (std::string m : excluded) {
+      if (!m.empty() && m.back() == '*') m.pop_back();
+      if (!m.empty() && std::find(keep.begin(), keep.end(), m) == keep.end()) keep.push_back(m);
+    }
+    if (keep.empty()) keep.assign(std::begin(kGptOssNotConverted), std::end(kGptOssNotConverted));
+    qc = {{"modules_to_not_convert", keep}, {"quant_method", "mxfp4"}};
+  }
+  cfg["quantization_config"] = qc;
+  out.config_json = dump(cfg);
+  return out;
+}
+
 }  // namespace
 
 ConvertedMetadata convert_metadata(const std::string& config_path, const ConvertPlan& plan) {
+  if (plan.layout == ExpertLayout::gpt_oss) return gpt_oss_metadata(config_path, plan);
   ConvertedMetadata out;
   bool mtp_not_nvfp4 = false, has_mxfp4 = false;
   for (const auto& [module, formats] : plan.module_formats) {

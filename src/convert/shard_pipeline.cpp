@@ -234,9 +234,25 @@ class Producer {
         emit_owned(i, std::move(b), 4);
         return;
       }
-      case OutputTensor::Kind::expert_weight:
-        convert_weight(i, plan_.experts[size_t(t.expert)], &(*stats_)[size_t(t.expert)]);
+      case OutputTensor::Kind::expert_weight: {
+        // One expert, or gpt-oss's E experts of a stacked tensor in a row,
+        // whose scales are then held together for the stacked _scales.
+        size_t scale_bytes = 0;
+        for (int k = 0; k < t.expert_count; ++k) {
+          const ExpertSource& src = plan_.experts[size_t(t.expert + k)].source;
+          scale_bytes += size_t(src.rows * target_scale_row_bytes(plan_.experts[size_t(t.expert + k)].op, src.cols));
+        }
+        pending_scales_n_ = scale_bytes;
+        pending_scales_ = buffers_.take(pending_scales_n_);
+        pending_scales_expert_ = t.expert;
+        size_t at = 0;
+        for (int k = 0; k < t.expert_count && !queue_.stopped(); ++k) {
+          const ExpertItem& e = plan_.experts[size_t(t.expert + k)];
+          convert_weight(i, e, pending_scales_.bytes.get() + at, &(*stats_)[size_t(t.expert + k)]);
+          at += size_t(e.source.rows * target_scale_row_bytes(e.op, e.source.cols));
+        }
         return;
+      }
       case OutputTensor::Kind::expert_scale:
         if (pending_scales_expert_ != t.expert)
           fail(shard_.file, ": tensor ", t.spec.name, " is planned before its weight");  // a plan bug
@@ -253,9 +269,10 @@ class Producer {
   // computed (expert_convert.h, cast_scales_in_window), all of them before
   // the first row goes out, so a scale the plan did not expect stops the
   // matrix before any of it is written.
-  void cast_in_window(size_t i, const ExpertItem& e, int64_t rows_per_chunk, int64_t packed_row, ExpertStats* stats) {
+  void cast_in_window(size_t i, const ExpertItem& e, int64_t rows_per_chunk, int64_t packed_row, uint8_t* scales,
+                      ExpertStats* stats) {
     const int64_t rows = e.source.rows;
-    stats->merge(cast_scales_in_window(e.source, e.params.k_max, 0, rows, pending_scales_.bytes.get(), e.base));
+    stats->merge(cast_scales_in_window(e.source, e.params.k_max, 0, rows, scales, e.base));
     release_pages(e.source.scales, size_t(rows * e.source.cols / kMxfp4Block));
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
       const int64_t r1 = std::min(rows, r0 + rows_per_chunk);
@@ -265,17 +282,15 @@ class Producer {
   }
 
   // Rows go out in chunks as they are converted; the block scales of the
-  // whole matrix are kept for the tensor that follows.
-  void convert_weight(size_t i, const ExpertItem& e, ExpertStats* stats) {
+  // whole matrix go to `scales` ([rows, scale row]), kept for the tensor
+  // that follows.
+  void convert_weight(size_t i, const ExpertItem& e, uint8_t* scales, ExpertStats* stats) {
     const int64_t rows = e.source.rows, cols = e.source.cols;
     const int64_t packed_row = target_packed_row_bytes(e.op, cols);
     const int64_t scale_row = target_scale_row_bytes(e.op, cols);
-    pending_scales_n_ = size_t(rows * scale_row);
-    pending_scales_ = buffers_.take(pending_scales_n_);
-    pending_scales_expert_ = int(&e - plan_.experts.data());
     const int64_t rows_per_chunk = std::max<int64_t>(1, int64_t(kConvertChunk) / std::max<int64_t>(1, packed_row));
     if (e.all_in_window) {
-      cast_in_window(i, e, rows_per_chunk, packed_row, stats);
+      cast_in_window(i, e, rows_per_chunk, packed_row, scales, stats);
       return;
     }
     std::vector<ExpertStats> part(size_t(pool_.size()));
@@ -292,7 +307,7 @@ class Producer {
             try {
               part[size_t(thread)].merge(convert_expert_rows(e.source, e.op, e.params, r0 + a, r0 + b,
                                                              out.bytes.get() + a * packed_row,
-                                                             pending_scales_.bytes.get() + (r0 + a) * scale_row,
+                                                             scales + (r0 + a) * scale_row,
                                                              e.base));
             } catch (...) {
               errors[size_t(thread)] = std::current_exception();

@@ -10,7 +10,9 @@
 // Memory stays bounded whatever the model size: at most `max_in_flight`
 // bytes of converted chunks are queued (in recycled buffers of at most
 // 4 MB) and `max_borrowed` bytes of mapped source, plus one expert's block
-// scales, which must follow its complete weight in the file.
+// scales, which must follow its complete weight in the file (for gpt-oss's
+// stacked MXFP4 output, the E experts' scales of one stacked tensor: 1/16
+// of its bytes).
 #pragma once
 
 #include <atomic>

@@ -16,13 +16,15 @@ namespace nibble {
 
 namespace {
 
+// INT4 (compressed-tensors, group a multiple of 32) runs on every SIMD
+// kernel: exactly (int4_f32_avx2.cpp / int4_f32_avx512.cpp) in the default
+// ones, against int8-rounded activations (int4_int8_*.cpp) in the _int8 ones.
 const std::vector<Format> kAllWeightFormats = {Format::mxfp4, Format::nvfp4, Format::fp8_block128,
-                                               Format::bf16, Format::f32};
+                                               Format::bf16, Format::f32, Format::int4};
 const std::vector<Format> kFp4Formats = {Format::mxfp4, Format::nvfp4};
-// The scalar reference also runs compressed-tensors' INT4 (format/int4.h);
-// the SIMD kernels do not yet.
-const std::vector<Format> kRefFormats = {Format::mxfp4, Format::nvfp4, Format::fp8_block128,
-                                         Format::bf16,  Format::f32,   Format::int4};
+// What the _int8 kernels round activations for.
+const std::vector<Format> kInt8ActsFormats = {Format::mxfp4, Format::nvfp4, Format::int4};
+const std::vector<Format>& kRefFormats = kAllWeightFormats;
 constexpr const char* kInt8Acts = "quantizes activations to int8";
 
 std::string needs_cpu(const Device& d) {
@@ -75,7 +77,7 @@ const std::vector<KernelDesc>& kernel_registry() {
        nullptr, moe_ref},
       // ---- kernels/cpu SIMD kernels (owner: kernels branch). The exact
       // kernels are the default for every format; the _int8 ones differ only
-      // for FP4 weights, where they round activations to int8 (faster, lossy)
+      // for FP4 and INT4 weights, where they round activations to int8 (faster, lossy)
       // and so run only when asked for by name.
       // Efficiencies from `nibble bench` on the 2-core AVX-512 machine
       // (bench/RESULTS.md). bandwidth = decode ratio: int8 MoE 0.95 (AVX-512)
@@ -89,26 +91,26 @@ const std::vector<KernelDesc>& kernel_registry() {
       // estimate is pessimistic there but the choice is the same); int8 FP4
       // ~1.0 (a vpdpbusd does 64 multiply-adds). ----
       {"cpu_avx512", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
-       "AVX-512 f32 FMA, exact: FP4 decoded by vpermps table, FP8 via f16, BF16, F32", linear_avx512,
+       "AVX-512 f32 FMA, exact: FP4 / INT4 decoded by vpermps table, FP8 via f16, BF16, F32", linear_avx512,
        nullptr},
       {"cpu_avx2", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.55, 0.35,
-       "AVX2 f32 FMA, exact: FP4 decoded as bf16 by vpshufb, FP8 via F16C, BF16, F32", linear_avx2, nullptr},
+       "AVX2 f32 FMA, exact: FP4 / INT4 decoded as bf16 by vpshufb, FP8 via F16C, BF16, F32", linear_avx2, nullptr},
       {"cpu_avx512_int8", Op::linear, kAllWeightFormats, needs_avx512, 0, 0.9, 1.0,
-       "AVX-512 VNNI int8 dot (FP4 x int8-quantized act); other formats as cpu_avx512", linear_avx512_int8,
-       nullptr, kInt8Acts, kFp4Formats},
+       "AVX-512 VNNI int8 dot (FP4 / INT4 x int8-quantized act); other formats as cpu_avx512", linear_avx512_int8,
+       nullptr, kInt8Acts, kInt8ActsFormats},
       {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
-       "AVX2 maddubs int8 dot (FP4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
-       nullptr, kInt8Acts, kFp4Formats},
+       "AVX2 maddubs int8 dot (FP4 / INT4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
+       nullptr, kInt8Acts, kInt8ActsFormats},
       {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
        "AVX-512 fused MoE, exact: experts grouped per batch, rows split over threads", nullptr, moe_avx512},
       {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.7, 0.35,
        "AVX2 fused MoE, exact: experts grouped per batch, rows split over threads", nullptr, moe_avx2},
       {"cpu_avx512_int8", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.95, 1.0,
-       "AVX-512 fused MoE, FP4 experts x int8-quantized activations", nullptr, moe_avx512_int8, kInt8Acts,
-       kFp4Formats},
+       "AVX-512 fused MoE, FP4 / INT4 experts x int8-quantized activations", nullptr, moe_avx512_int8, kInt8Acts,
+       kInt8ActsFormats},
       {"cpu_avx2_int8", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.5,
-       "AVX2 fused MoE, FP4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
-       kFp4Formats},
+       "AVX2 fused MoE, FP4 / INT4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
+       kInt8ActsFormats},
       // ---- kernels/cuda: the routed experts' grouped GEMM on tensor cores
       // (moe_w4a16.h; routing, grouping and combine in moe_router.h). The
       // CUDA backend (issue 16) binds it; its function pointer stays null
@@ -116,8 +118,8 @@ const std::vector<KernelDesc>& kernel_registry() {
       // GPU run measures them (bench/RESULTS.md): bandwidth 0.6 of the read
       // peak (issue 15 asks >= 0.8 at decode), compute 0.3 of the BF16
       // tensor peak (one mma per 8 tokens, so a decode step uses 1/8).
-      {"cuda_w4a16", Op::moe, kFp4Formats, needs_cuda_sm80, 0, 0.6, 0.3,
-       "mma.sync m16n8k16 BF16, FP4 dequantized in registers from a repacked layout, f32 accumulate, "
+      {"cuda_w4a16", Op::moe, {Format::mxfp4, Format::nvfp4, Format::int4}, needs_cuda_sm80, 0, 0.6, 0.3,
+       "mma.sync m16n8k16 BF16, FP4 / INT4 (group 32) dequantized in registers from a repacked layout, f32 accumulate, "
        "tokens grouped by expert on the GPU router, gate/up fused with the clamped SwiGLU",
        nullptr, nullptr, nullptr, {}, "tensor_core"},
       // The tensor-core linears (linear_mma.h): FP8 block-128 as W8A16 (E4M3

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "model/config_fields.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -29,60 +30,10 @@ int64_t DeepseekV4Config::compress_rate(AttnKind k) const {
 
 namespace {
 
-// Typed field access: a present field of the wrong type is an error naming it.
-struct Fields {
-  const json& j;
-  const std::string& path;
-  std::string prefix;  // "rope_parameters.compress." for nested objects
-
-  const json* find(const char* key) const {
-    auto it = j.find(key);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  }
-  [[noreturn]] void bad(const char* key, const char* want) const {
-    fail(path, ": field \"", prefix, key, "\" must be ", want);
-  }
-  int64_t integer(const char* key, int64_t fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (v->is_number_integer()) return v->get<int64_t>();
-    if (v->is_number_float()) {
-      double d = v->get<double>();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return int64_t(d);
-    }
-    bad(key, "an integer");
-  }
-  double number(const char* key, double fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_number()) bad(key, "a number");
-    double d = v->get<double>();
-    if (!std::isfinite(d)) bad(key, "finite");
-    return d;
-  }
-  bool boolean(const char* key, bool fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) bad(key, "true or false");
-    return v->get<bool>();
-  }
-  std::string string(const char* key, const std::string& fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_string()) bad(key, "a string");
-    return v->get<std::string>();
-  }
-  int64_t positive(const char* key, int64_t fallback) const {
-    int64_t v = integer(key, fallback);
-    if (v <= 0) fail(path, ": field \"", prefix, key, "\" must be positive, got ", v);
-    return v;
-  }
-};
-
 // One rope flavour from a (possibly partial) HF rope dict.
 RopeConfig parse_rope(const json& d, const std::string& path, const std::string& prefix, double theta,
                       double max_pos) {
-  Fields f{d, path, prefix};
+  ConfigFields f{d, path, prefix};
   RopeConfig r;
   r.theta = f.number("rope_theta", theta);
   std::string type = f.string("rope_type", f.string("type", "default"));
@@ -121,7 +72,7 @@ AttnKind layer_type_from_name(const std::string& s, const std::string& path, siz
 
 DeepseekV4Config parse_deepseek_v4_config(const json& cfg, const std::string& path) {
   if (!cfg.is_object()) fail(path, ": not a JSON object");
-  Fields f{cfg, path, ""};
+  ConfigFields f{cfg, path, ""};
   DeepseekV4Config c;
   c.path = path;
 
@@ -180,7 +131,7 @@ DeepseekV4Config parse_deepseek_v4_config(const json& cfg, const std::string& pa
   // Compression rates: compress_rates {type: rate} (HF) with legacy scalar overrides.
   if (const json* rates = f.find("compress_rates")) {
     if (!rates->is_object()) f.bad("compress_rates", "an object");
-    Fields rf{*rates, path, "compress_rates."};
+    ConfigFields rf{*rates, path, "compress_rates."};
     c.compress_rate_csa = rf.positive("compressed_sparse_attention", c.compress_rate_csa);
     c.compress_rate_hca = rf.positive("heavily_compressed_attention", c.compress_rate_hca);
   }

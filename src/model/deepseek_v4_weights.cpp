@@ -9,163 +9,32 @@
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
 #include "model/deepseek_v4_layout.h"
+#include "model/weight_binder.h"
 #include "util/error.h"
 
 namespace nibble {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-class Binder {
+// DeepSeek-V4's binder: the shared one, plus the config and the hash-routing table.
+class Binder : public WeightBinder {
  public:
   Binder(const Checkpoint& ck, const Detection& det, const Plan& plan, const DeepseekV4Config& cfg,
          const LoadOptions& options)
-      : ck_(ck), plan_(plan), cfg_(cfg), options_(options) {
-    for (const auto& t : det.tensors) by_name_[t.name] = &t;
-    for (const auto& g : plan.groups) total_bytes_ += g.bytes;
-  }
+      : WeightBinder(ck, det, plan, options, deepseek_v4_tensor_group), cfg_(cfg) {}
 
-  // Detection names a tensor "X.weight" by its base "X"; other tensors by their full name.
-  const DetectedTensor* find(const std::string& name) const {
-    auto it = by_name_.find(name);
-    if (it != by_name_.end()) return it->second;
-    const std::string suffix = ".weight";
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      it = by_name_.find(name.substr(0, name.size() - suffix.size()));
-      if (it != by_name_.end() && it->second->parts[0]->name == name) return it->second;
-    }
-    return nullptr;
-  }
-  bool has_matrix(const std::string& base) const { return find(base) != nullptr; }
-  bool has_prefix(const std::string& prefix) const {
-    auto it = by_name_.lower_bound(prefix);
-    return it != by_name_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
-  }
-
-  // A weight matrix `base`.weight of logical shape [rows, cols]; `why` names
-  // the config fields the shape comes from.
-  const DetectedTensor& matrix(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor* t = find(base);
-    if (!t) fail(ck_.path(), ": tensor ", base, ".weight is missing (", why, ")");
-    if (!t->is_matrix) {
-      if (!t->unsupported.empty()) fail(ck_.path(), ": tensor ", base, ".weight uses ", t->unsupported, ", which nibble cannot run");
-      fail(ck_.path(), ": tensor ", base, ".weight (", dtype_name(t->parts[0]->dtype), " ",
-           t->parts[0]->shape_str(), ") is not a weight matrix in a format nibble runs");
-    }
-    if (t->rows != rows || t->cols != cols)
-      fail(ck_.path(), ": tensor ", base, ".weight has logical shape ", shape_str({t->rows, t->cols}),
-           " but config.json implies ", shape_str({rows, cols}), " (", why, ")");
-    if (!options_.skip_weight_check) check_weight_codes(weight_view(*t));
-    if (options_.on_progress) {
-      bound_bytes_ += t->bytes;
-      options_.on_progress(std::min(bound_bytes_, total_bytes_), total_bytes_);
-    }
-    return *t;
-  }
-
-  BoundLinear linear(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor& t = matrix(base, rows, cols, why);
-    return BoundLinear{weight_view(t), linear_kernel(t)};
-  }
-
-  // The linear kernel for `t`: its group's choice in the plan, or (for groups
-  // the plan has no matrix op for, like the f32 hc projections) a selection
-  // made the same way.
-  LinearFn linear_kernel(const DetectedTensor& t) const {
-    const std::string group = deepseek_v4_tensor_group(t.name, t.format).name;
-    for (const auto& g : plan_.groups) {
-      if (g.group != group || g.format != t.format || !g.has_op) continue;
-      if (g.op != Op::linear) break;
-      if (!g.selection.chosen || !g.selection.chosen->linear)
-        fail(ck_.path(), ": no linear kernel can run tensor ", t.name, " (", format_name(t.format), ") on ",
-             plan_.device.name);
-      return g.selection.chosen->linear;
-    }
-    OpShape shape;
-    shape.op = Op::linear;
-    shape.format = t.format;
-    shape.rows = t.rows;
-    shape.cols = t.cols;
-    shape.batch = options_.plan.batch;
-    shape.bytes = double(t.bytes);
-    shape.flops = 2.0 * double(t.rows) * double(t.cols);
-    Selection sel = select_kernel(kernel_registry(), shape, plan_.device, options_.plan.linear_backend,
-                                  "--linear-backend");
-    if (!sel.chosen || !sel.chosen->linear)
-      fail(ck_.path(), ": no linear kernel can run tensor ", t.name, " (", format_name(t.format), ") on ",
-           plan_.device.name);
-    return sel.chosen->linear;
-  }
-
-  MoeFn moe_kernel(const DetectedTensor& expert_w1) const {
-    const std::string group = deepseek_v4_tensor_group(expert_w1.name, expert_w1.format).name;
-    for (const auto& g : plan_.groups) {
-      if (g.group != group || g.format != expert_w1.format || !g.has_op || g.op != Op::moe) continue;
-      if (!g.selection.chosen || !g.selection.chosen->moe) break;
-      const auto& fmts = g.selection.chosen->formats;
-      if (std::find(fmts.begin(), fmts.end(), expert_w1.format) == fmts.end()) break;
-      return g.selection.chosen->moe;
-    }
-    fail(ck_.path(), ": no MoE kernel can run ", group, " (", format_name(expert_w1.format), ", tensor ",
-         expert_w1.name, ") on ", plan_.device.name);
-  }
-
-  // A small f32 vector (BF16/F32/F16 on disk) of `n` elements, copied.
-  // Scalars may be stored with shape [] or [1].
-  std::vector<float> vec(const std::string& name, int64_t n, const std::string& why) const {
-    const DetectedTensor* t = find(name);
-    if (!t) fail(ck_.path(), ": tensor ", name, " is missing (", why, ")");
-    const TensorInfo& ti = *t->parts[0];
-    const bool ok_shape = (ti.shape.size() == 1 && ti.shape[0] == n) || (n == 1 && ti.shape.empty());
-    if (!ok_shape)
-      fail(ck_.path(), ": tensor ", name, " has shape ", ti.shape_str(), " but config.json implies [", n, "] (", why, ")");
-    return to_f32(ti, n);
-  }
-
-  // A small f32 matrix [rows, cols] (F32/BF16), copied.
-  std::vector<float> mat(const std::string& name, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor* t = find(name);
-    if (!t) fail(ck_.path(), ": tensor ", name, " is missing (", why, ")");
-    const TensorInfo& ti = *t->parts[0];
-    if (ti.shape != std::vector<int64_t>{rows, cols})
-      fail(ck_.path(), ": tensor ", name, " has shape ", ti.shape_str(), " but config.json implies ",
-           shape_str({rows, cols}), " (", why, ")");
-    return to_f32(ti, rows * cols);
-  }
-
-  // An f32 matrix used as a linear weight (the hc projections), zero-copy.
-  BoundLinear f32_linear(const std::string& name, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor* t = find(name);
-    if (!t) fail(ck_.path(), ": tensor ", name, " is missing (", why, ")");
-    const TensorInfo& ti = *t->parts[0];
-    if (ti.shape != std::vector<int64_t>{rows, cols})
-      fail(ck_.path(), ": tensor ", name, " has shape ", ti.shape_str(), " but config.json implies ",
-           shape_str({rows, cols}), " (", why, ")");
-    if (ti.dtype != DType::F32 && ti.dtype != DType::BF16)
-      fail(ck_.path(), ": tensor ", name, " has dtype ", dtype_name(ti.dtype), "; expected F32 or BF16");
-    DetectedTensor m = *t;
-    m.format = ti.dtype == DType::F32 ? Format::f32 : Format::bf16;
-    m.is_matrix = true;
-    m.rows = rows;
-    m.cols = cols;
-    return BoundLinear{weight_view(m), linear_kernel(m)};
-  }
+  const DeepseekV4Config& cfg() const { return cfg_; }
 
   // tid2eid [vocab, top_k] (I64 or I32) as i64, every entry a valid expert.
   std::vector<int64_t> tid2eid(const std::string& name, const std::string& why) const {
     const DetectedTensor* t = find(name);
-    if (!t) fail(ck_.path(), ": tensor ", name, " is missing (", why, ")");
+    if (!t) fail(path(), ": tensor ", name, " is missing (", why, ")");
     const TensorInfo& ti = *t->parts[0];
     if (ti.shape != std::vector<int64_t>{cfg_.vocab_size, cfg_.top_k})
-      fail(ck_.path(), ": tensor ", name, " has shape ", ti.shape_str(), " but config.json implies ",
+      fail(path(), ": tensor ", name, " has shape ", ti.shape_str(), " but config.json implies ",
            shape_str({cfg_.vocab_size, cfg_.top_k}), " (vocab_size x num_experts_per_tok)");
     if (ti.dtype != DType::I64 && ti.dtype != DType::I32)
-      fail(ck_.path(), ": tensor ", name, " has dtype ", dtype_name(ti.dtype), "; expected I64 or I32");
+      fail(path(), ": tensor ", name, " has dtype ", dtype_name(ti.dtype), "; expected I64 or I32");
     std::vector<int64_t> out(size_t(ti.numel()));
     for (size_t i = 0; i < out.size(); ++i) {
       if (ti.dtype == DType::I64) std::memcpy(&out[i], ti.data + i * 8, 8);
@@ -175,47 +44,14 @@ class Binder {
         out[i] = v;
       }
       if (out[i] < 0 || out[i] >= cfg_.n_experts)
-        fail(ck_.path(), ": tensor ", name, " row ", int64_t(i) / cfg_.top_k, " names expert ", out[i],
+        fail(path(), ": tensor ", name, " row ", int64_t(i) / cfg_.top_k, " names expert ", out[i],
              " but n_routed_experts = ", cfg_.n_experts);
     }
     return out;
   }
 
-  const DeepseekV4Config& cfg() const { return cfg_; }
-
  private:
-  std::vector<float> to_f32(const TensorInfo& ti, int64_t n) const {
-    std::vector<float> out(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      switch (ti.dtype) {
-        case DType::F32: std::memcpy(&out[size_t(i)], ti.data + i * 4, 4); break;
-        case DType::BF16: {
-          uint16_t h;
-          std::memcpy(&h, ti.data + i * 2, 2);
-          out[size_t(i)] = bf16_decode(h);
-          break;
-        }
-        default:
-          fail(ck_.path(), ": tensor ", ti.name, " has dtype ", dtype_name(ti.dtype), "; expected F32 or BF16");
-      }
-    }
-    return out;
-  }
-
-  const Checkpoint& ck_;
-  const Plan& plan_;
   const DeepseekV4Config& cfg_;
-  const LoadOptions& options_;
-  std::map<std::string, const DetectedTensor*> by_name_;
-  uint64_t total_bytes_ = 0;          // every group's stored bytes (the plan's)
- public:
-  // Binding is over: the last progress call reports everything done.
-  void finish_progress() const {
-    if (options_.on_progress) options_.on_progress(total_bytes_, total_bytes_);
-  }
-
- private:
-  mutable uint64_t bound_bytes_ = 0;  // of matrices bound so far (LoadOptions::on_progress)
 };
 
 HcWeights bind_hc(const Binder& b, const std::string& prefix, const char* which) {
@@ -250,7 +86,7 @@ CompressorWeights bind_compressor(const Binder& b, const std::string& prefix, in
                           (prefix.find("indexer") != std::string::npos ? "index_head_dim" : "head_dim") + " x hidden_size";
   w.wkv = b.linear(prefix + "wkv", width, c.hidden, why);
   w.wgate = b.linear(prefix + "wgate", width, c.hidden, why);
-  w.ape = b.mat(prefix + "ape", ratio, width, "compress ratio x compressor width");
+  w.ape = b.vec(prefix + "ape", {ratio, width}, "compress ratio x compressor width");
   w.norm = b.vec(prefix + "norm.weight", dim, "compressor entry width");
   return w;
 }

@@ -17,10 +17,12 @@ GptOssModel::GptOssModel(std::unique_ptr<Checkpoint> ck, const Detection& det, P
     : ck_(std::move(ck)),
       plan_(std::move(plan)),
       max_chunk_(options.max_chunk_tokens),
+      rollback_(options.rollback_tokens),
       pool_(options.threads),
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
       backend_(std::make_unique<CpuBackend>(&pool_, profile_.get())) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
+  if (rollback_ < 0) fail("rollback_tokens must be >= 0, got ", rollback_);
   if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
     fail("device ", plan_.device.name, ": nibble can only run gpt-oss on this machine's CPU (device host)");
   cfg_ = parse_gpt_oss_config(ck_->config(), ck_->file_path("config.json"));
@@ -41,7 +43,7 @@ GptOssModel::~GptOssModel() {
 }
 
 uint64_t GptOssState::memory_bytes() const {
-  uint64_t b = sizeof(*this);
+  uint64_t b = sizeof(*this) + sizeof(int32_t) * tokens_.capacity();
   for (const KvCache& c : layers_) b += c.bytes();
   return b;
 }
@@ -50,7 +52,18 @@ std::unique_ptr<ModelState> GptOssModel::new_state() const {
   auto st = std::make_unique<GptOssState>();
   st->owner_ = this;
   st->layers_.resize(size_t(cfg_.n_layers));
+  // A sliding layer's ring: the window's keys before a chunk's first query,
+  // the chunk itself (<= max_chunk_ tokens), and rollback_ more for
+  // truncation without refeeding (KvCache::truncate_floor).
+  for (int64_t l = 0; l < cfg_.n_layers; ++l)
+    if (w_.layers[size_t(l)].sliding) st->layers_[size_t(l)].ring = cfg_.sliding_window - 1 + max_chunk_ + rollback_;
   return st;
+}
+
+void GptOssModel::update_floor(GptOssState& st) const {
+  int64_t floor = 0;
+  for (const KvCache& c : st.layers_) floor = std::max(floor, c.truncate_floor(cfg_.sliding_window));
+  st.floor_ = std::min(floor, st.position_);
 }
 
 GptOssState& GptOssModel::state_of(const ModelState& s, int64_t id) const {
@@ -68,12 +81,20 @@ void GptOssModel::truncate(ModelState& state, int64_t position) const {
   if (position < 0 || position > st.position_)
     fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
          st.position_, ")");
-  const int64_t kvw = cfg_.n_kv_heads * cfg_.head_dim;
-  for (KvCache& c : st.layers_) {
-    c.k.resize(size_t(position * kvw));
-    c.v.resize(size_t(position * kvw));
+  if (position == st.position_) return;
+  if (position >= st.floor_) {
+    const int64_t kvw = cfg_.n_kv_heads * cfg_.head_dim;
+    for (KvCache& c : st.layers_) c.truncate(position, kvw, cfg_.sliding_window);
+    st.position_ = position;
+    st.tokens_.resize(size_t(position));
+    update_floor(st);
+    return;
   }
-  st.position_ = position;
+  // Deeper than the sliding rings reach: feed the prefix again into a fresh state.
+  std::vector<int32_t> prefix(st.tokens_.begin(), st.tokens_.begin() + position);
+  auto fresh = new_state();
+  forward(*fresh, prefix, nullptr, false);
+  st = std::move(static_cast<GptOssState&>(*fresh));
 }
 
 std::unique_ptr<ModelState> GptOssModel::new_draft_state() const {
@@ -193,7 +214,15 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
       first += p.count;
     }
   }
-  for (const Part& p : parts) p.st->position_ += p.count;
+  {
+    int64_t first = 0;
+    for (const Part& p : parts) {
+      p.st->tokens_.insert(p.st->tokens_.end(), ids.begin() + first, ids.begin() + first + p.count);
+      p.st->position_ += p.count;
+      update_floor(*p.st);
+      first += p.count;
+    }
+  }
   if (logit_rows.empty()) return;
 
   const int64_t rows = int64_t(logit_rows.size());

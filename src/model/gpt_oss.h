@@ -36,19 +36,24 @@
 
 namespace nibble {
 
-// A sequence's state: one KV cache per layer holding every fed position, so
-// truncate is a resize (free, any depth) and fork a copy of the caches.
+// A sequence's state: one KV cache per layer (a full layer's holds every fed
+// position; a sliding layer's a ring of the last window + step budget +
+// rollback positions) and the tokens fed. Truncation back to the floor is free
+// (a resize, or a ring position moved back); deeper, the kept prefix is fed
+// again. A fork is a copy.
 class GptOssState : public ModelState {
  public:
   int64_t position() const override { return position_; }
-  int64_t truncate_floor() const override { return 0; }
+  int64_t truncate_floor() const override { return floor_; }
   uint64_t memory_bytes() const override;
 
  private:
   friend class GptOssModel;
   const void* owner_ = nullptr;
   int64_t position_ = 0;
+  int64_t floor_ = 0;            // max over layers of KvCache::truncate_floor
   std::vector<KvCache> layers_;  // [n_layers]
+  std::vector<int32_t> tokens_;  // fed so far, for truncations below the floor
 };
 
 class GptOssModel : public Model {
@@ -84,6 +89,7 @@ class GptOssModel : public Model {
   using Part = StepPart<GptOssState>;
   GptOssState& state_of(const ModelState& s, int64_t id) const;
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
+  void update_floor(GptOssState& st) const;
   // The MoE sublayer's distinct experts for `x` (benchmarks only: routes again).
   int64_t count_distinct(const GptOssLayerWeights& w, const float* x, int64_t n) const;
 
@@ -94,6 +100,7 @@ class GptOssModel : public Model {
   GptOssWeights w_;
   RopeTable rope_;
   int64_t max_chunk_ = 256;
+  int64_t rollback_ = 16;         // LoadOptions::rollback_tokens: part of a sliding ring
   uint64_t dense_bytes_ = 0;      // per forward: every weight but the routed experts
   uint64_t expert_bytes_ = 0;     // one routed expert of one layer: gate_up + down (+ biases)
   mutable std::mutex mu_;

@@ -26,14 +26,42 @@ void rope_half_split(const RopeTable& table, float* x, int64_t rows, int64_t hea
   }
 }
 
+int64_t KvCache::truncate_floor(int64_t window) const {
+  if (ring == 0 || oldest == 0) return 0;
+  return std::min(fed, oldest + window - 1);
+}
+
+void KvCache::truncate(int64_t position, int64_t width, int64_t window) {
+  if (position < truncate_floor(window) || position > fed)
+    fail("gpt-oss attention: truncate to ", position, " but the cache reaches ", truncate_floor(window), " .. ", fed);
+  if (ring == 0) {
+    k.resize(size_t(position * width));
+    v.resize(size_t(position * width));
+  }
+  fed = position;
+}
+
 void gqa_attend_cpu(const GqaShape& s, const float* sinks, const GqaSeq& seq, const float* q, const float* k,
                     const float* v, float* o, ThreadPool* pool) {
   const int64_t d = s.head_dim, kvw = s.kv_heads * d, qw = s.heads * d, group = s.heads / s.kv_heads;
   KvCache& c = *seq.cache;
-  if (c.rows(kvw) != seq.position)
-    fail("gpt-oss attention: the cache holds ", c.rows(kvw), " positions but the sequence is at ", seq.position);
-  c.k.insert(c.k.end(), k, k + seq.count * kvw);
-  c.v.insert(c.v.end(), v, v + seq.count * kvw);
+  if (c.fed != seq.position)
+    fail("gpt-oss attention: the cache was fed ", c.fed, " positions but the sequence is at ", seq.position);
+  if (c.ring > 0 && (s.window <= 0 || seq.count > c.ring - s.window + 1))
+    fail("gpt-oss attention: a chunk of ", seq.count, " tokens does not fit a sliding ring of ", c.ring,
+         " slots for a window of ", s.window);
+  const int64_t slots = c.ring > 0 ? std::min(c.ring, c.fed + seq.count) : c.fed + seq.count;
+  if (int64_t(c.k.size()) < slots * kvw) {
+    c.k.resize(size_t(slots * kvw));
+    c.v.resize(size_t(slots * kvw));
+  }
+  for (int64_t t = 0; t < seq.count; ++t) {
+    const int64_t at = c.slot(seq.position + t) * kvw;
+    std::copy(k + t * kvw, k + (t + 1) * kvw, c.k.begin() + at);
+    std::copy(v + t * kvw, v + (t + 1) * kvw, c.v.begin() + at);
+  }
+  c.fed += seq.count;
+  if (c.ring > 0) c.oldest = std::max(c.oldest, c.fed - c.ring);
   const float scale = 1.0f / std::sqrt(float(d));  // HF: head_dim ** -0.5 (a python float, then f32)
   const float* K = c.k.data();
   const float* V = c.v.data();
@@ -49,7 +77,7 @@ void gqa_attend_cpu(const GqaShape& s, const float* sinks, const GqaSeq& seq, co
       p.resize(size_t(pos + 1 - lo));
       float m = sinks[h];
       for (int64_t j = lo; j <= pos; ++j) {
-        const float sc = dot_f32(qh, K + j * kvw + g * d, d) * scale;
+        const float sc = dot_f32(qh, K + c.slot(j) * kvw + g * d, d) * scale;
         p[size_t(j - lo)] = sc;
         m = std::max(m, sc);
       }
@@ -57,7 +85,7 @@ void gqa_attend_cpu(const GqaShape& s, const float* sinks, const GqaSeq& seq, co
       for (float& x : p) sum += (x = std::exp(x - m));
       float* oh = o + t * qw + h * d;
       std::fill(oh, oh + d, 0.0f);
-      for (int64_t j = lo; j <= pos; ++j) axpy_f32(p[size_t(j - lo)] / sum, V + j * kvw + g * d, oh, d);
+      for (int64_t j = lo; j <= pos; ++j) axpy_f32(p[size_t(j - lo)] / sum, V + c.slot(j) * kvw + g * d, oh, d);
     }
   });
 }

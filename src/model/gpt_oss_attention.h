@@ -8,9 +8,10 @@
 //   o   = sum_j p_j v_j
 //
 // A sliding layer's query at position p sees keys (p - window, p]; a full
-// layer's, [0, p]. The cache keeps every fed position's RoPE'd key and value
-// (f32), so truncation is a resize and costs nothing; memory per token is
-// 2 * n_kv_heads * head_dim * 4 bytes per layer.
+// layer's, [0, p]. A full layer's cache keeps every fed position's RoPE'd key
+// and value (f32), 2 * n_kv_heads * head_dim * 4 bytes per token; a sliding
+// layer's keeps the last `ring` positions only (the window, a step's chunk and
+// the rollback reach), so its memory does not grow with the context.
 #pragma once
 
 #include <cstdint>
@@ -29,15 +30,29 @@ struct GqaShape {
   int64_t window = 0;    // > 0: sliding window of this many keys; 0: full causal
 };
 
-// One layer's cache of one sequence.
+// One layer's cache of one sequence. Position p lives in slot(p): p for a
+// full layer, p % ring for a sliding one, whose ring holds positions
+// [oldest, fed) (older slots were overwritten by later positions; slots of
+// positions at or past `fed` after a truncation hold stale rows that no
+// query reads, since a query at p reads keys <= p, all fed before it).
 struct KvCache {
-  std::vector<float> k, v;  // [positions, kv_heads * head_dim] each, k RoPE'd
-  int64_t rows(int64_t width) const { return width > 0 ? int64_t(k.size()) / width : 0; }
+  std::vector<float> k, v;  // [slots, kv_heads * head_dim] each, k RoPE'd
+  int64_t ring = 0;         // > 0: a sliding layer's slots; 0: one slot per position
+  int64_t fed = 0;          // positions fed
+  int64_t oldest = 0;       // the oldest position still in its slot
+
+  int64_t slot(int64_t p) const { return ring > 0 ? p % ring : p; }
+  // The earliest position truncate() can go back to: a query there needs the
+  // keys (p - window, p) still held. 0 for a full layer (it keeps them all).
+  int64_t truncate_floor(int64_t window) const;
+  // Back to `position` (truncate_floor(window) .. fed), as if the later
+  // positions had never been fed.
+  void truncate(int64_t position, int64_t width, int64_t window);
   uint64_t bytes() const { return sizeof(float) * (k.capacity() + v.capacity()); }
 };
 
 // One sequence's share of a step in one layer: step rows [first, first + count),
-// fed at `position` (= the rows its cache holds before the step).
+// fed at `position` (= the positions its cache was fed before the step).
 struct GqaSeq {
   KvCache* cache = nullptr;
   int64_t first = 0, count = 0;
@@ -51,7 +66,9 @@ void rope_half_split(const RopeTable& table, float* x, int64_t rows, int64_t hea
                      const int64_t* positions);
 
 // Appends k, v [count, kv_heads * d] to the cache, then o [count, H * d] =
-// attention of q [count, H * d] over the cache. sinks: [H] f32.
+// attention of q [count, H * d] over the cache. sinks: [H] f32. A sliding
+// layer's ring must take the chunk without overwriting a key its first query
+// reads: count <= ring - window + 1.
 void gqa_attend_cpu(const GqaShape& s, const float* sinks, const GqaSeq& seq, const float* q, const float* k,
                     const float* v, float* o, ThreadPool* pool);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "model/config_fields.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -11,53 +12,6 @@ using nlohmann::json;
 
 namespace {
 
-// Typed reads of one JSON object; a present field of the wrong type is an
-// error naming it (null counts as absent, as transformers treats it).
-struct Reader {
-  const json& j;
-  const std::string& path;
-  std::string prefix;
-
-  const json* find(const char* key) const {
-    auto it = j.find(key);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  }
-  [[noreturn]] void bad(const char* key, const std::string& want) const {
-    fail(path, ": field \"", prefix, key, "\" must be ", want);
-  }
-  int64_t integer(const char* key, int64_t fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (v->is_number_integer()) return v->get<int64_t>();
-    if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() && std::fabs(v->get<double>()) < 9e15)
-      return int64_t(v->get<double>());
-    bad(key, "an integer");
-  }
-  int64_t positive(const char* key, int64_t fallback) const {
-    const int64_t v = integer(key, fallback);
-    if (v <= 0) fail(path, ": field \"", prefix, key, "\" must be positive, got ", v);
-    return v;
-  }
-  double number(const char* key, double fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_number() || !std::isfinite(v->get<double>())) bad(key, "a finite number");
-    return v->get<double>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) bad(key, "true or false");
-    return v->get<bool>();
-  }
-  std::string string(const char* key, const std::string& fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_string()) bad(key, "a string");
-    return v->get<std::string>();
-  }
-};
-
 // transformers' _compute_yarn_parameters: attention_factor (the cos/sin
 // scale) defaults to 0.1 ln(factor) + 1, or the mscale ratio when both
 // mscale and mscale_all_dim are given.
@@ -65,7 +19,7 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 
 
 RopeConfig parse_rope(const json& d, const std::string& path, const std::string& prefix, double theta,
                       double max_pos) {
-  Reader r{d, path, prefix};
+  ConfigFields r{d, path, prefix};
   RopeConfig c;
   c.theta = r.number("rope_theta", theta);
   const std::string type = r.string("rope_type", r.string("type", "default"));
@@ -97,7 +51,7 @@ RopeConfig parse_rope(const json& d, const std::string& path, const std::string&
 
 GptOssConfig parse_gpt_oss_config(const json& cfg, const std::string& path) {
   if (!cfg.is_object()) fail(path, ": not a JSON object");
-  Reader r{cfg, path, ""};
+  ConfigFields r{cfg, path, ""};
   GptOssConfig c;
   c.path = path;
   c.vocab_size = r.positive("vocab_size", c.vocab_size);

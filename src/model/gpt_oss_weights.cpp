@@ -8,119 +8,14 @@
 #include "kernels/moe_routing.h"
 #include "kernels/registry.h"
 #include "model/gpt_oss_layout.h"
+#include "model/weight_binder.h"
 #include "util/error.h"
 
 namespace nibble {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-class Binder {
- public:
-  Binder(const Checkpoint& ck, const Detection& det, const Plan& plan, const LoadOptions& options)
-      : ck_(ck), plan_(plan), options_(options) {
-    for (const auto& t : det.tensors) by_name_[t.name] = &t;
-    for (const auto& g : plan.groups) total_bytes_ += g.bytes;
-  }
-
-  // Detection names a tensor "X.weight" by its base "X"; others by their full name.
-  const DetectedTensor* find(const std::string& name) const {
-    auto it = by_name_.find(name);
-    if (it != by_name_.end()) return it->second;
-    const std::string suffix = ".weight";
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      it = by_name_.find(name.substr(0, name.size() - suffix.size()));
-      if (it != by_name_.end() && it->second->parts[0]->name == name) return it->second;
-    }
-    return nullptr;
-  }
-
-  // Weight matrix `base` (stored as base.weight, or base_blocks + base_scales)
-  // of logical shape [rows, cols].
-  const DetectedTensor& matrix(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor* t = find(base);
-    if (!t) fail(ck_.path(), ": tensor ", base, ".weight is missing (", why, ")");
-    if (!t->is_matrix) {
-      if (!t->unsupported.empty()) fail(ck_.path(), ": tensor ", base, " uses ", t->unsupported, ", which nibble cannot run");
-      fail(ck_.path(), ": tensor ", t->parts[0]->name, " (", dtype_name(t->parts[0]->dtype), " ",
-           t->parts[0]->shape_str(), ") is not a weight matrix in a format nibble runs");
-    }
-    if (t->rows != rows || t->cols != cols)
-      fail(ck_.path(), ": tensor ", t->parts[0]->name, " ", t->parts[0]->shape_str(), " holds a matrix of ",
-           shape_str({t->rows, t->cols}), " but config.json implies ", shape_str({rows, cols}), " (", why, ")");
-    if (!options_.skip_weight_check) check_weight_codes(weight_view(*t));
-    if (options_.on_progress) {
-      bound_bytes_ += t->bytes;
-      options_.on_progress(std::min(bound_bytes_, total_bytes_), total_bytes_);
-    }
-    return *t;
-  }
-
-  BoundLinear linear(const std::string& base, int64_t rows, int64_t cols, const std::string& why) const {
-    const DetectedTensor& t = matrix(base, rows, cols, why);
-    return BoundLinear{weight_view(t), linear_kernel(t)};
-  }
-
-  LinearFn linear_kernel(const DetectedTensor& t) const {
-    const std::string group = gpt_oss_tensor_group(t.name, t.format).name;
-    for (const auto& g : plan_.groups)
-      if (g.group == group && g.format == t.format && g.has_op && g.op == Op::linear && g.selection.chosen &&
-          g.selection.chosen->linear)
-        return g.selection.chosen->linear;
-    fail(ck_.path(), ": no linear kernel can run tensor ", t.name, " (", format_name(t.format), ") on ",
-         plan_.device.name);
-  }
-
-  MoeFn moe_kernel(const DetectedTensor& t) const {
-    for (const auto& g : plan_.groups)
-      if (g.group == "routed_experts" && g.format == t.format && g.has_op && g.op == Op::moe && g.selection.chosen &&
-          g.selection.chosen->moe)
-        return g.selection.chosen->moe;
-    fail(ck_.path(), ": no MoE kernel can run routed_experts (", format_name(t.format), ", tensor ", t.name, ") on ",
-         plan_.device.name);
-  }
-
-  // A BF16 / F32 tensor of exactly `shape`, as f32.
-  std::vector<float> vec(const std::string& name, std::vector<int64_t> shape, const std::string& why) const {
-    const DetectedTensor* t = find(name);
-    if (!t) fail(ck_.path(), ": tensor ", name, " is missing (", why, ")");
-    const TensorInfo& ti = *t->parts[0];
-    if (ti.shape != shape)
-      fail(ck_.path(), ": tensor ", name, " has shape ", ti.shape_str(), " but config.json implies ", shape_str(shape),
-           " (", why, ")");
-    std::vector<float> out(size_t(ti.numel()));
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (ti.dtype == DType::F32) std::memcpy(&out[i], ti.data + i * 4, 4);
-      else if (ti.dtype == DType::BF16) {
-        uint16_t h;
-        std::memcpy(&h, ti.data + i * 2, 2);
-        out[i] = bf16_decode(h);
-      } else {
-        fail(ck_.path(), ": tensor ", name, " has dtype ", dtype_name(ti.dtype), "; expected BF16 or F32");
-      }
-    }
-    return out;
-  }
-
-  void finish_progress() const {
-    if (options_.on_progress) options_.on_progress(total_bytes_, total_bytes_);
-  }
-
- private:
-  const Checkpoint& ck_;
-  const Plan& plan_;
-  const LoadOptions& options_;
-  std::map<std::string, const DetectedTensor*> by_name_;
-  uint64_t total_bytes_ = 0;
-  mutable uint64_t bound_bytes_ = 0;
-};
-
-GptOssLayerWeights bind_layer(const Binder& b, const GptOssConfig& c, int64_t l) {
+GptOssLayerWeights bind_layer(const WeightBinder& b, const GptOssConfig& c, int64_t l) {
   const std::string p = "model.layers." + std::to_string(l) + ".";
   const int64_t D = c.hidden, qw = c.n_heads * c.head_dim, kvw = c.n_kv_heads * c.head_dim;
   const int64_t E = c.n_experts, I = c.inter;
@@ -145,8 +40,6 @@ GptOssLayerWeights bind_layer(const Binder& b, const GptOssConfig& c, int64_t l)
   w.router = b.linear(m + "router", E, D, "num_local_experts x hidden_size");
   w.router_bias = b.vec(m + "router.bias", {E}, "num_local_experts");
   const std::string x = m + "experts.";
-  const DetectedTensor& gu = b.matrix(x + "gate_up_proj", E * 2 * I, D, "num_local_experts x 2*intermediate_size x hidden_size");
-  const DetectedTensor& dn = b.matrix(x + "down_proj", E * D, I, "num_local_experts x hidden_size x intermediate_size");
   w.gate_up_bias = b.vec(x + "gate_up_proj_bias", {E, 2 * I}, "num_local_experts x 2*intermediate_size");
   w.down_bias = b.vec(x + "down_proj_bias", {E, D}, "num_local_experts x hidden_size");
 
@@ -162,19 +55,52 @@ GptOssLayerWeights bind_layer(const Binder& b, const GptOssConfig& c, int64_t l)
   moe.routed_scaling = 1.0f;
   moe.swiglu_limit = float(c.swiglu_limit);
   moe.swiglu_alpha = float(c.swiglu_alpha);
-  const WeightView guv = weight_view(gu), dnv = weight_view(dn);
-  for (int64_t e = 0; e < E; ++e) {
-    ExpertWeights ew;
-    // Expert e's rows of the stacked matrices: zero-copy views.
-    ew.w13 = *row_slice(guv, e * 2 * I, 2 * I);
-    ew.w2 = *row_slice(dnv, e * D, D);
-    ew.w13.name = gu.name + "[" + std::to_string(e) + "]";
-    ew.w2.name = dn.name + "[" + std::to_string(e) + "]";
-    ew.b13 = w.gate_up_bias.data() + e * 2 * I;
-    ew.b2 = w.down_bias.data() + e * D;
-    moe.experts.push_back(ew);
+  // As published: two stacked MXFP4 matrices, expert e's rows bound as
+  // zero-copy views. As `nibble convert --to nvfp4` writes them (ModelOpt's
+  // per-expert form): x.E.gate_up_proj / x.E.down_proj, each its own matrix.
+  // A layer holds one layout, every expert in one format.
+  const bool stacked = b.find(x + "gate_up_proj") || b.find(x + "down_proj");
+  if (stacked)
+    for (int64_t e = 0; e < E; ++e)
+      for (const char* proj : {"gate_up_proj", "down_proj"})
+        if (const DetectedTensor* t = b.find(x + std::to_string(e) + "." + proj))
+          fail(b.path(), ": layer ", l, " holds both stacked experts (", x, "gate_up_proj_blocks) and per-expert ones (",
+               t->parts[0]->name, "); a layer's experts must be in one layout");
+  const DetectedTensor* first = nullptr;
+  if (stacked) {
+    const DetectedTensor& gu = b.matrix(x + "gate_up_proj", E * 2 * I, D, "num_local_experts x 2*intermediate_size x hidden_size");
+    const DetectedTensor& dn = b.matrix(x + "down_proj", E * D, I, "num_local_experts x hidden_size x intermediate_size");
+    first = &gu;
+    const WeightView guv = weight_view(gu), dnv = weight_view(dn);
+    for (int64_t e = 0; e < E; ++e) {
+      ExpertWeights ew;
+      ew.w13 = *row_slice(guv, e * 2 * I, 2 * I);
+      ew.w2 = *row_slice(dnv, e * D, D);
+      ew.w13.name = gu.name + "[" + std::to_string(e) + "]";
+      ew.w2.name = dn.name + "[" + std::to_string(e) + "]";
+      moe.experts.push_back(ew);
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string xe = x + std::to_string(e) + ".";
+      const DetectedTensor& gu = b.matrix(xe + "gate_up_proj", 2 * I, D, "per expert: 2*intermediate_size x hidden_size");
+      const DetectedTensor& dn = b.matrix(xe + "down_proj", D, I, "per expert: hidden_size x intermediate_size");
+      if (!first) first = &gu;
+      for (const DetectedTensor* t : {&gu, &dn})
+        if (t->format != first->format)
+          fail(b.path(), ": tensor ", t->parts[0]->name, " is ", format_name(t->format), " but ", first->parts[0]->name,
+               " is ", format_name(first->format), "; a layer's experts must share one format");
+      ExpertWeights ew;
+      ew.w13 = weight_view(gu);
+      ew.w2 = weight_view(dn);
+      moe.experts.push_back(ew);
+    }
   }
-  w.moe_fn = b.moe_kernel(gu);
+  for (int64_t e = 0; e < E; ++e) {
+    moe.experts[size_t(e)].b13 = w.gate_up_bias.data() + e * 2 * I;
+    moe.experts[size_t(e)].b2 = w.down_bias.data() + e * D;
+  }
+  w.moe_fn = b.moe_kernel(*first);
   check_moe_weights(moe);
   return w;
 }
@@ -183,7 +109,7 @@ GptOssLayerWeights bind_layer(const Binder& b, const GptOssConfig& c, int64_t l)
 
 GptOssWeights bind_gpt_oss_weights(const Checkpoint& ck, const Detection& det, const Plan& plan,
                                    const GptOssConfig& cfg, const LoadOptions& options) {
-  Binder b(ck, det, plan, options);
+  WeightBinder b(ck, det, plan, options, gpt_oss_tensor_group);
   GptOssWeights w;
   const DetectedTensor& embed = b.matrix("model.embed_tokens", cfg.vocab_size, cfg.hidden, "vocab_size x hidden_size");
   w.embed = weight_view(embed);

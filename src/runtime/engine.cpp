@@ -135,9 +135,10 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   impl->rollback_tokens = options.rollback_tokens;
   impl->sample_vocab_option = options.sample_vocab;
   impl->defaults = read_generation_config(gc.get(), gc_path, impl->model->vocab_size());
-  const std::string tok = model_dir + "/tokenizer.json";
-  if (options.load_tokenizer && std::filesystem::exists(tok)) {
-    impl->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(tok));
+  // tokenizer.json, else Kimi's tiktoken.model (Tokenizer::file_in).
+  const std::string tok = Tokenizer::file_in(model_dir);
+  if (options.load_tokenizer && !tok.empty()) {
+    impl->tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_model_dir(model_dir));
     if (int64_t(impl->tokenizer->vocab_size()) > impl->model->vocab_size())
       fail(tok, ": the tokenizer has ", impl->tokenizer->vocab_size(), " ids but the model's vocab_size is ",
            impl->model->vocab_size());
@@ -181,17 +182,17 @@ std::vector<std::string> runnable_architectures() {
 bool Engine::has_tokenizer() const { return impl_->tokenizer != nullptr; }
 
 std::vector<int32_t> Engine::tokenize(const std::string& text, bool allow_special) const {
-  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json");
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json or tiktoken.model");
   return impl_->tokenizer->encode(text, allow_special);
 }
 
 std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special) const {
-  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json");
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json or tiktoken.model");
   return impl_->tokenizer->decode(ids, skip_special);
 }
 
 std::string Engine::token_bytes(int32_t id) const {
-  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json");
+  if (!impl_->tokenizer) fail("the model folder has no tokenizer.json or tiktoken.model");
   return impl_->tokenizer->token_bytes(id);
 }
 

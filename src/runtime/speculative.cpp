@@ -199,6 +199,17 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
   std::vector<int32_t> verify_tokens;
   std::vector<float> verify_logits, verify_hidden;
   std::vector<std::vector<std::pair<int32_t, double>>> q(static_cast<size_t>(k));
+  // One draft-model step: `tokens` with their input rows `hidden`, its
+  // logits into draft_logits and its own output rows into `hidden_out`.
+  auto draft = [&](std::span<const int32_t> tokens, const float* hidden, float* hidden_out) {
+    DraftStep d;
+    d.state = draft_state.get();
+    d.tokens = tokens;
+    d.hidden = hidden;
+    d.logits = draft_logits.data();
+    d.hidden_out = hidden_out;
+    model.draft_step(std::span<const DraftStep>(&d, 1));
+  };
   while (!done) {
     const int64_t P = state.position();
     if (P >= context) {  // no room to feed the last token
@@ -212,13 +223,7 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
     if (kk > 0) {
       // Draft 1: the queued main-model rows, the last of them with `last`.
       pending_tokens.push_back(last);
-      DraftStep d;
-      d.state = draft_state.get();
-      d.tokens = pending_tokens;
-      d.hidden = pending_hidden.data();
-      d.logits = draft_logits.data();
-      d.hidden_out = own.data();
-      model.draft_step(std::span<const DraftStep>(&d, 1));
+      draft(pending_tokens, pending_hidden.data(), own.data());
       const int64_t keep = draft_state->position();  // rows read from the main model
       for (int64_t j = 0; j < kk; ++j) {
         q[size_t(j)] = draft_sampler.distribution(draft_logits.data(), V);
@@ -227,13 +232,7 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
         if (j + 1 == kk) break;
         // Draft j + 1 reads draft j's own output state (chained).
         const int32_t one[1] = {dj};
-        DraftStep c;
-        c.state = draft_state.get();
-        c.tokens = one;
-        c.hidden = own.data();
-        c.logits = draft_logits.data();
-        c.hidden_out = own_next.data();
-        model.draft_step(std::span<const DraftStep>(&c, 1));
+        draft(one, own.data(), own_next.data());
         own.swap(own_next);
       }
       // The chained rows read the draft's own states: the next step replaces

@@ -121,12 +121,31 @@ AddedVocab AddedVocab::from_json(const json& j, const std::string& where, const 
     v.by_content_[tok.content] = static_cast<int32_t>(v.tokens_.size());
     v.tokens_.push_back(std::move(tok));
   }
-  for (size_t index = 0; index < v.tokens_.size(); ++index) {
-    const AddedToken& tok = v.tokens_[index];
-    v.by_id_[tok.id] = static_cast<int32_t>(index);
-    (tok.normalized ? v.normalized_trie_ : v.raw_trie_).insert(tok.content, static_cast<int32_t>(index));
-  }
+  v.build_tries();
   return v;
+}
+
+AddedVocab AddedVocab::from_tokens(std::vector<AddedToken> tokens, const std::string& where) {
+  AddedVocab v;
+  for (AddedToken& tok : tokens) {
+    if (tok.content.empty()) fail(where, ": special token ", tok.id, " has no text");
+    if (tok.id < 0) fail(where, ": special token '", tok.content, "' has a negative id");
+    if (v.by_content_.count(tok.content)) fail(where, ": special token '", tok.content, "' is named twice");
+    v.max_id_ = std::max(v.max_id_, tok.id);
+    v.by_content_[tok.content] = static_cast<int32_t>(v.tokens_.size());
+    v.tokens_.push_back(std::move(tok));
+  }
+  v.build_tries();
+  if (v.by_id_.size() != v.tokens_.size()) fail(where, ": two special tokens share an id");
+  return v;
+}
+
+void AddedVocab::build_tries() {
+  for (size_t index = 0; index < tokens_.size(); ++index) {
+    const AddedToken& tok = tokens_[index];
+    by_id_[tok.id] = static_cast<int32_t>(index);
+    (tok.normalized ? normalized_trie_ : raw_trie_).insert(tok.content, static_cast<int32_t>(index));
+  }
 }
 
 const AddedToken* AddedVocab::by_id(int32_t id) const {

@@ -57,6 +57,9 @@ class AddedVocab {
   // file's own numbering. A repeated content keeps its first id and takes
   // the later flags.
   static AddedVocab from_json(const nlohmann::json& j, const std::string& where, const BpeModel& model);
+  // Tokens with their ids already assigned (a tiktoken model's specials);
+  // contents and ids must be unique and non-empty.
+  static AddedVocab from_tokens(std::vector<AddedToken> tokens, const std::string& where);
 
   AddedVocab();
   ~AddedVocab();
@@ -87,6 +90,7 @@ class AddedVocab {
     std::pair<int32_t, size_t> longest_at(std::string_view text, size_t pos) const;
   };
 
+  void build_tries();
   void split_pass(std::string_view text, size_t begin, size_t end, const Trie& trie, bool allow_special,
                   std::vector<Segment>& out) const;
   bool is_word_char_before(std::string_view text, size_t begin, size_t pos) const;

@@ -155,6 +155,52 @@ BpeModel BpeModel::from_json(const json& j, const std::string& where) {
   return m;
 }
 
+BpeModel BpeModel::from_ranks(const std::vector<std::string>& tokens, const std::string& where) {
+  BpeModel m;
+  m.ignore_merges_ = true;
+  const ByteLevelMap& bytemap = ByteLevelMap::get();
+  const size_t n = tokens.size();
+  m.id_to_token_.resize(n);
+  m.has_id_.assign(n, 1);
+  m.token_to_id_.reserve(n);
+  m.bytes_to_id_.reserve(n);
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& t = tokens[id];
+    if (t.empty()) fail(where, ": rank ", id, " is an empty token");
+    const auto [it, fresh] = m.bytes_to_id_.emplace(t, int32_t(id));
+    if (!fresh) fail(where, ": ranks ", it->second, " and ", id, " are the same token ", shown(bytemap.to_chars(t)));
+    m.id_to_token_[id] = bytemap.to_chars(t);
+    m.token_to_id_.emplace(m.id_to_token_[id], int32_t(id));
+  }
+  m.byte_id_.fill(-1);
+  for (int b = 0; b < 256; ++b) {
+    const auto it = m.bytes_to_id_.find(std::string(1, static_cast<char>(b)));
+    if (it != m.bytes_to_id_.end()) {
+      m.byte_id_[size_t(b)] = it->second;
+    } else if (!(b == 0xC0 || b == 0xC1 || b >= 0xF5)) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      fail(where, ": no token for the byte ", hex, "; tiktoken needs every byte as a token");
+    }
+  }
+  // Every split of every token into two tokens; the pair can only ever
+  // make that one token, so no merge is written twice.
+  std::string left;
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& t = tokens[id];
+    for (size_t k = 1; k < t.size(); ++k) {
+      left.assign(t, 0, k);
+      const auto a = m.bytes_to_id_.find(left);
+      if (a == m.bytes_to_id_.end()) continue;
+      const auto b = m.bytes_to_id_.find(t.substr(k));
+      if (b == m.bytes_to_id_.end()) continue;
+      const uint64_t key = (uint64_t(uint32_t(a->second)) << 32) | uint32_t(b->second);
+      m.merges_[key] = Merge{int32_t(id), int32_t(id)};
+    }
+  }
+  return m;
+}
+
 std::optional<int32_t> BpeModel::id_of(std::string_view token) const {
   const auto it = token_to_id_.find(std::string(token));
   if (it == token_to_id_.end()) return std::nullopt;

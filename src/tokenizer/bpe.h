@@ -34,6 +34,15 @@ class BpeModel {
   // not in the vocabulary, or a vocabulary missing one of the 256 byte tokens.
   static BpeModel from_json(const nlohmann::json& j, const std::string& where);
 
+  // A tiktoken ranking: tokens[r] holds the bytes of rank (= id) r. tiktoken
+  // merges the adjacent pair whose concatenation has the lowest rank, and
+  // emits a piece that is a token whole; that is this BPE with one merge
+  // (a, b) -> a+b, ranked by a+b, for every split of a token into two
+  // tokens, and ignore_merges (transformers' TikTokenConverter builds the
+  // same). Vocabulary strings are the GPT-2 byte-map form. Throws (naming
+  // `where`) for an empty or repeated token or a missing byte token.
+  static BpeModel from_ranks(const std::vector<std::string>& tokens, const std::string& where);
+
   BpeModel();
   ~BpeModel();
   BpeModel(BpeModel&&) noexcept;

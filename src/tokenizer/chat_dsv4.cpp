@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/dsv4_markup.h"
+#include "tokenizer/python_json.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -61,49 +62,6 @@ constexpr std::string_view kResponseFormatPrefix =
     "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n";
 
 // ---------------------------------------------------------------- JSON
-
-// A scalar or a key in JSON form; nlohmann rejects invalid UTF-8 by throwing.
-std::string dump_scalar(const ojson& v) {
-  try {
-    return v.dump(-1, ' ', false);
-  } catch (const ojson::exception& e) {
-    fail("chat JSON: cannot write value: ", e.what());
-  }
-}
-
-// Python's json.dumps(value, ensure_ascii=False): ", " and ": " separators,
-// non-ASCII kept, control characters escaped. Scalars use nlohmann's
-// formatting, which agrees with Python's for strings, integers and the
-// shortest round-trip float forms.
-void python_json(const ojson& v, std::string& out) {
-  if (v.is_object()) {
-    out += '{';
-    bool first = true;
-    for (const auto& [k, x] : v.items()) {
-      if (!first) out += ", ";
-      first = false;
-      out += dump_scalar(ojson(k));
-      out += ": ";
-      python_json(x, out);
-    }
-    out += '}';
-  } else if (v.is_array()) {
-    out += '[';
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (i) out += ", ";
-      python_json(v[i], out);
-    }
-    out += ']';
-  } else {
-    out += dump_scalar(v);
-  }
-}
-
-std::string python_json(const ojson& v) {
-  std::string out;
-  python_json(v, out);
-  return out;
-}
 
 std::string python_json_string(std::string_view s) { return python_json(ojson(std::string(s))); }
 

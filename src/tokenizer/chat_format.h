@@ -3,9 +3,13 @@
 // without per-format code at each call site:
 //   DeepSeek-V4  - chat_dsv4.h: a prompt text (BOS, <｜User｜>, <think>)
 //   harmony      - chat_harmony.h: gpt-oss's <|start|>role<|channel|>..
+//   Kimi K2      - chat_kimi.h: <|im_user|>user<|im_middle|>..<|im_end|>
+//   DeepSeek-V3  - chat_dsv3.h: BOS, <｜User｜>, <｜Assistant｜>, V3's tool markers
 // The choice (chat_format_for): config.json's architecture when it names
-// one (GptOssForCausalLM is harmony), else the tokenizer's special tokens
-// (harmony's <|channel|> and <|message|>), else DeepSeek-V4.
+// one format (GptOssForCausalLM is harmony), else the tokenizer's special
+// tokens (harmony's <|channel|> and <|message|>, Kimi's <|im_assistant|> and
+// <|im_middle|>: Kimi K2 names DeepseekV3ForCausalLM too), else DeepSeek-V3
+// for DeepseekV3ForCausalLM and DeepSeek-V4 for the rest.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +23,9 @@
 
 namespace nibble {
 
-enum class ChatFormatKind { DeepSeekV4, Harmony };
+enum class ChatFormatKind { DeepSeekV4, Harmony, Kimi, DeepSeekV3 };
 
-// "deepseek-v4" | "harmony".
+// "deepseek-v4" | "harmony" | "kimi-k2" | "deepseek-v3".
 const char* chat_format_name(ChatFormatKind kind);
 
 struct ChatOptions {
@@ -58,7 +62,10 @@ class ChatFormat {
 ChatFormatKind detect_chat_format(const std::string& architecture, const TokenizeFn& tokenize);
 std::unique_ptr<ChatFormat> make_chat_format(ChatFormatKind kind, TokenizeFn tokenize);
 inline std::unique_ptr<ChatFormat> chat_format_for(const std::string& architecture, TokenizeFn tokenize) {
-  return make_chat_format(detect_chat_format(architecture, tokenize), std::move(tokenize));
+  // Detected first: as one call's arguments, the move into make_chat_format's
+  // parameter may happen before detection reads `tokenize` (GCC does so).
+  const ChatFormatKind kind = detect_chat_format(architecture, tokenize);
+  return make_chat_format(kind, std::move(tokenize));
 }
 
 }  // namespace nibble

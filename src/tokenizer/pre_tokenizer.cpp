@@ -135,6 +135,18 @@ PreTokenizer PreTokenizer::from_json(const json& root, const std::string& where)
   return pt;
 }
 
+PreTokenizer PreTokenizer::tiktoken(std::string_view pattern, const std::string& where) {
+  PreTokenizer pt;
+  Step step;
+  step.regex = std::make_unique<Regex>(rust_regex_to_pcre2(pattern, where), false, where);
+  // Inverted and Removed: the matches become the kept pieces and the gaps
+  // between them the removed delimiters.
+  step.behavior = Behavior::Removed;
+  step.invert = true;
+  pt.steps_.push_back(std::move(step));
+  return pt;
+}
+
 namespace {
 
 // Cuts `piece` by the matches of one Split step and appends the resulting

@@ -42,6 +42,11 @@ class PreTokenizer {
   // no final ByteLevel step (only byte-level BPE is supported).
   static PreTokenizer from_json(const nlohmann::json& j, const std::string& where);
 
+  // tiktoken's split: the matches of `pattern` (Rust regex syntax, class
+  // intersections included) are the pieces and the text between matches is
+  // dropped, as tiktoken's find_iter does. No byte mapping, no prefix space.
+  static PreTokenizer tiktoken(std::string_view pattern, const std::string& where);
+
   PreTokenizer();
   ~PreTokenizer();
   PreTokenizer(PreTokenizer&&) noexcept;

@@ -109,6 +109,118 @@ std::string onig_to_pcre2(std::string_view pattern) {
   return out;
 }
 
+namespace {
+
+// End (one past the closing ']') of the class opening at pattern[open],
+// Rust syntax: escapes, nested classes, a ']' first (after '^') is literal.
+// `cuts` gets the offsets of the '&&' at the class's own level.
+size_t class_end(std::string_view p, size_t open, std::vector<size_t>& cuts, const std::string& where) {
+  size_t i = open + 1;
+  if (i < p.size() && p[i] == '^') ++i;
+  if (i < p.size() && p[i] == ']') ++i;
+  while (i < p.size()) {
+    const char c = p[i];
+    if (c == '\\') {
+      i += 2;
+    } else if (c == '[' && i + 1 < p.size() && p[i + 1] == ':') {
+      const size_t close = p.find(":]", i + 2);  // POSIX [:alpha:]
+      i = close == std::string_view::npos ? i + 1 : close + 2;
+    } else if (c == '[') {
+      std::vector<size_t> inner;
+      i = class_end(p, i, inner, where);
+    } else if (c == ']') {
+      return i + 1;
+    } else if (c == '&' && i + 1 < p.size() && p[i + 1] == '&') {
+      cuts.push_back(i);
+      i += 2;
+    } else {
+      ++i;
+    }
+  }
+  fail(where, ": pattern has a '[' at offset ", open, " that is never closed");
+}
+
+// \p{Name} / \P{Name} with a script name -> \p{sc:Name}; p[i] is the
+// backslash. Returns the characters consumed (0: not a property).
+size_t script_property(std::string_view p, size_t i, std::string& out) {
+  if (i + 2 >= p.size() || (p[i + 1] != 'p' && p[i + 1] != 'P') || p[i + 2] != '{') return 0;
+  const size_t close = p.find('}', i + 3);
+  if (close == std::string_view::npos) return 0;
+  std::string_view name = p.substr(i + 3, close - i - 3);
+  const bool negated_inside = !name.empty() && name[0] == '^';
+  if (negated_inside) name.remove_prefix(1);
+  const bool keep = name.size() <= 2 || name.find_first_of("=:") != std::string_view::npos;
+  out += '\\';
+  out += p[i + 1];
+  out += '{';
+  if (negated_inside) out += '^';
+  if (!keep) out += "sc:";
+  out.append(name);
+  out += '}';
+  return close + 1 - i;
+}
+
+std::string class_intersections(std::string_view p, const std::string& where) {
+  std::string out;
+  out.reserve(p.size() + 32);
+  for (size_t i = 0; i < p.size();) {
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      out.append(p.substr(i, 2));
+      i += 2;
+      continue;
+    }
+    if (p[i] != '[') {
+      out += p[i++];
+      continue;
+    }
+    std::vector<size_t> cuts;
+    const size_t end = class_end(p, i, cuts, where);
+    if (cuts.empty()) {
+      out.append(p.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    if (p[i + 1] == '^') fail(where, ": a negated class with '&&' (offset ", i, ") is not supported");
+    // Operands between '[' , the cuts and ']'; a bare list becomes a class.
+    std::vector<std::string> ops;
+    size_t from = i + 1;
+    cuts.push_back(end - 1);
+    for (size_t cut : cuts) {
+      std::string op(p.substr(from, cut - from));
+      if (op.empty()) fail(where, ": empty operand of '&&' at offset ", from);
+      std::vector<size_t> inner;
+      const bool one_class = op[0] == '[' && class_end(op, 0, inner, where) == op.size();
+      ops.push_back(one_class ? op : "[" + op + "]");
+      from = cut + 2;
+    }
+    out += "(?:";
+    for (size_t k = 1; k < ops.size(); ++k) out += "(?=" + ops[k] + ")";
+    out += ops[0] + ")";
+    i = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string rust_regex_to_pcre2(std::string_view pattern, const std::string& where) {
+  std::string scripts;
+  scripts.reserve(pattern.size() + 32);
+  for (size_t i = 0; i < pattern.size();) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
+      if (const size_t n = script_property(pattern, i, scripts)) {
+        i += n;
+      } else {
+        scripts.append(pattern.substr(i, 2));
+        i += 2;
+      }
+      continue;
+    }
+    scripts += pattern[i++];
+  }
+  return class_intersections(scripts, where);
+}
+
 struct Regex::Code {
   pcre2_code* code = nullptr;
   ~Code() { pcre2_code_free(code); }

@@ -28,6 +28,20 @@ struct Span {
 // for tests.
 std::string onig_to_pcre2(std::string_view pattern);
 
+// Rewrites a pattern in Rust's regex syntax (tiktoken patterns run on
+// fancy-regex) into PCRE2 with the same meaning:
+//   [A&&[^B]]  class intersection, which PCRE2 10.42 lacks, becomes
+//              (?:(?=[^B])[A]): one character of A that a lookahead found
+//              to be in every other operand (Kimi K2 takes Han out of its
+//              letter classes this way). A negated class holding an
+//              intersection is refused.
+//   \p{Han}    a script name means the Script property in Rust, but
+//              Script_Extensions in PCRE2 10.40+ (U+3001 、 is Han there),
+//              so it becomes \p{sc:Han}. Names of one or two letters
+//              (general categories) and names with '=' or ':' are kept.
+// `where` names the pattern in errors. Everything else is copied as is.
+std::string rust_regex_to_pcre2(std::string_view pattern, const std::string& where);
+
 class Regex {
  public:
   // `literal` compiles the pattern as a plain string (Split's {"String": ..}).

@@ -7,7 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "tokenizer/byte_level.h"
+#include "tokenizer/tiktoken_model.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
 
@@ -54,6 +57,25 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   buf << in.rdbuf();
   if (in.bad()) fail("tokenizer.json '", path, "': read error");
   return from_json_text(buf.str(), path);
+}
+
+std::string Tokenizer::file_in(const std::string& dir) {
+  namespace fs = std::filesystem;
+  for (const char* name : {"tokenizer.json", "tiktoken.model"}) {
+    const fs::path p = fs::path(dir) / name;
+    if (fs::exists(p)) return p.string();
+  }
+  return "";
+}
+
+Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
+  const std::string path = file_in(dir);
+  if (path.empty()) fail(dir, ": no tokenizer.json or tiktoken.model");
+  if (std::filesystem::path(path).filename() == "tokenizer.json") return from_file(path);
+  const std::string config = (std::filesystem::path(dir) / "tokenizer_config.json").string();
+  if (!std::filesystem::exists(config))
+    fail(dir, ": tiktoken.model needs tokenizer_config.json beside it (its special tokens), and there is none");
+  return from_tiktoken(path, config);
 }
 
 Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& name) {
@@ -113,6 +135,19 @@ void Tokenizer::encode(std::string_view text, bool allow_special, std::vector<in
   const size_t bad = utf8_first_invalid(text);
   if (bad != text.size()) fail("tokenizer '", path_, "': encode: input is not valid UTF-8 (byte ", bad, ")");
   out.reserve(out.size() + text.size() / 3);
+  if (kimi_cuts_) {
+    // Kimi's encode() hands tiktoken each cut apart (specials found within
+    // each), so a cut inside a long run changes the ids.
+    std::vector<std::string_view> cuts = kimi_encode_cuts(text);
+    if (cuts.size() > 1) {
+      for (std::string_view cut : cuts) encode_segments(cut, allow_special, out);
+      return;
+    }
+  }
+  encode_segments(text, allow_special, out);
+}
+
+void Tokenizer::encode_segments(std::string_view text, bool allow_special, std::vector<int32_t>& out) const {
   std::vector<Segment> segments;
   added_.split(text, allow_special, segments);
   PreTokens pieces;

@@ -1,5 +1,7 @@
 // nibble's tokenizer: a byte-level BPE tokenizer read from a Hugging Face
-// tokenizer.json, producing the same ids as the `tokenizers` library.
+// tokenizer.json, producing the same ids as the `tokenizers` library, or
+// from a tiktoken ranking (Kimi K2's tiktoken.model, tiktoken_model.h),
+// producing the same ids as its tokenization_kimi.py with `tiktoken`.
 //
 //   text --(added tokens cut out, added_tokens.h)--> segments
 //        --(pre-tokenizer, pre_tokenizer.h)--------> pieces (raw bytes)
@@ -39,6 +41,15 @@ class Tokenizer {
   static Tokenizer from_file(const std::string& path);
   // The same from JSON text; `name` stands in for the path in messages.
   static Tokenizer from_json_text(std::string_view json_text, const std::string& name);
+  // Kimi K2's tiktoken.model and tokenizer_config.json (tiktoken_model.h).
+  static Tokenizer from_tiktoken(const std::string& model_path, const std::string& config_path);
+
+  // The tokenizer file of a model folder: tokenizer.json when there is one,
+  // else tiktoken.model (read with the folder's tokenizer_config.json);
+  // "" when there is neither.
+  static std::string file_in(const std::string& dir);
+  // Loads file_in(dir); throws naming the folder when there is none.
+  static Tokenizer from_model_dir(const std::string& dir);
 
   // Ids of `text` (valid UTF-8, else nibble::Error). With allow_special
   // false, special added tokens in the text are encoded as plain text (so
@@ -76,12 +87,15 @@ class Tokenizer {
     bool special = false;
   };
   const Entry& entry(int32_t id) const;
+  // encode() after the Kimi cuts: added tokens, pre-tokenizer, BPE.
+  void encode_segments(std::string_view text, bool allow_special, std::vector<int32_t>& out) const;
 
   std::string path_;
   AddedVocab added_;
   PreTokenizer pre_tokenizer_;
   BpeModel model_;
   std::vector<Entry> entries_;  // [vocab_size]
+  bool kimi_cuts_ = false;      // encode cuts the text as Kimi's encode() does first
 };
 
 }  // namespace nibble

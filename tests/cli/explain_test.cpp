@@ -227,8 +227,9 @@ TEST(Explain, GptOssMxfp4ExpertsArePlanned) {
 }
 
 // Kimi K2's layout: compressed-tensors pack-quantized INT4 experts are
-// detected and planned (cpu_ref runs them), but the architecture has no
-// forward yet, which explain says instead of a tokens/s bound.
+// detected and planned (on the exact SIMD kernels, int4_f32_*.cpp), but the
+// architecture has no forward yet, which explain says instead of a tokens/s
+// bound.
 TEST(Explain, KimiInt4ExpertsArePlannedButTheArchitectureIsNotRun) {
   RunResult r = run_nibble({"explain", kFixtures + "kimi_compressed_tensors", "--bandwidth", "100"});
   EXPECT_EQ(r.exit_code, 1);
@@ -242,7 +243,17 @@ TEST(Explain, KimiInt4ExpertsArePlannedButTheArchitectureIsNotRun) {
   EXPECT_TRUE(plan["bound_tokens_per_s"].is_null());
   json routed = only_group(plan, "routed_experts");
   EXPECT_EQ(routed["format"], "int4");
-  EXPECT_EQ(routed["kernel"], "cpu_ref");
+  EXPECT_TRUE(routed["kernel"] == "cpu_avx512" || routed["kernel"] == "cpu_avx2") << routed["kernel"];
+  json avx2 = json::parse(
+      run_nibble({"explain", kFixtures + "kimi_compressed_tensors", "--bandwidth", "100", "--json", "--device", "cpu-avx2"})
+          .out);
+  EXPECT_EQ(only_group(avx2, "routed_experts")["kernel"], "cpu_avx2");
+  // On a GPU the INT4 experts go to the W4A16 tensor-core kernel (repacked
+  // at load, w4a16_int4.h).
+  json gpu = json::parse(
+      run_nibble({"explain", kFixtures + "kimi_compressed_tensors", "--bandwidth", "100", "--json", "--device", "sm_80"})
+          .out);
+  EXPECT_EQ(only_group(gpu, "routed_experts")["kernel"], "cuda_w4a16");
   EXPECT_TRUE(contains(routed["provenance"], "compressed-tensors pack-quantized: num_bits 4, type int, symmetric, "
                                               "strategy group, group_size 32"))
       << routed["provenance"];

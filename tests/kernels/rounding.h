@@ -33,10 +33,12 @@ inline void round_like_kernel(std::vector<float>& x, int64_t cols, CpuIsa isa, F
                               const WeightView& w) {
   const cpu::IsaKernels& k = cpu::isa_kernels(isa, acts);
   switch (k.acts_class(cpu::raw_weights(w).kind)) {
-    case x86::ActsClass::int8_blocks: round_int8_blocks(x, cols); break;
+    case x86::ActsClass::int8_blocks:
+    case x86::ActsClass::int8_int4: round_int8_blocks(x, cols); break;
     case x86::ActsClass::f32_even_odd:
     case x86::ActsClass::f32_plain:
-    case x86::ActsClass::f32_fp4: break;
+    case x86::ActsClass::f32_fp4:
+    case x86::ActsClass::f32_int4: break;
   }
 }
 

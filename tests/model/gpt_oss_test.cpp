@@ -16,6 +16,7 @@
 #include "device/device.h"
 #include "fixture_util.h"
 #include "kernels/registry.h"
+#include "model/gpt_oss_attention.h"
 #include "model/gpt_oss.h"
 #include "support/run_nibble.h"
 #include "support/temp_dir.h"
@@ -240,6 +241,89 @@ TEST_P(GptOssHf, TruncateAndFork) {
   EXPECT_EQ(std::memcmp(origin_got.data(), ref.data() + p * V, origin_got.size() * 4), 0);
   EXPECT_THROW(m->truncate(*origin, n + 1), Error);
   EXPECT_THROW(m->truncate(*origin, -1), Error);
+}
+
+// With a small step budget and rollback reach a sliding layer's ring (window
+// - 1 + budget + rollback slots) wraps within the fixture's prompt: every
+// truncation, above the floor (the ring moves back) or below it (the prefix
+// is fed again), then refeed equals never fed, bitwise, against a state with
+// the default budget whose ring never wraps.
+TEST_P(GptOssHf, SlidingRingTruncatesExactly) {
+  const std::string name = GetParam();
+  Seqs exp = load_gptoss_expected(name);
+  auto big = load_model(gdir(name), test::test_load_options("auto"));
+  LoadOptions small_opt = test::test_load_options("auto");
+  small_opt.max_chunk_tokens = 3;
+  small_opt.rollback_tokens = 2;
+  auto m = load_model(gdir(name), small_opt);
+  const auto& cfg = static_cast<const GptOssModel&>(*m).config();
+  const int64_t window = cfg.sliding_window, ring = window - 1 + 3 + 2;
+  std::vector<int32_t> a = exp.tokens[0];
+  a.insert(a.end(), exp.tokens[1].begin(), exp.tokens[1].end());
+  const auto& b = exp.tokens[1];
+  const int64_t n = int64_t(a.size()), V = m->vocab_size();
+  ASSERT_GT(n, 2 * ring) << "the prompt must wrap the ring twice";
+  std::vector<float> ref(size_t(n * V));
+  auto r = big->new_state();
+  big->forward(*r, a, ref.data(), true);
+  int64_t floors_hit = 0, refeeds = 0;
+  for (int64_t p = 0; p <= n; ++p) {
+    SCOPED_TRACE("position " + std::to_string(p));
+    auto st = m->new_state();
+    m->forward(*st, a, nullptr, false);
+    const int64_t floor = st->truncate_floor();
+    EXPECT_EQ(floor, n - (ring - window + 1)) << "window " << window << ", ring " << ring;
+    (p >= floor ? floors_hit : refeeds) += 1;
+    m->truncate(*st, p);
+    ASSERT_EQ(st->position(), p);
+    // Feed other tokens, go back again (from a floor that moved with them).
+    m->forward(*st, std::span<const int32_t>(b.data(), std::min<size_t>(b.size(), 4)), nullptr, false);
+    m->truncate(*st, p);
+    if (p == n) continue;
+    std::vector<float> got(size_t((n - p) * V));
+    m->forward(*st, std::span<const int32_t>(a.data() + p, size_t(n - p)), got.data(), true);
+    ASSERT_EQ(std::memcmp(got.data(), ref.data() + p * V, got.size() * 4), 0);
+  }
+  EXPECT_GT(floors_hit, 1);
+  EXPECT_GT(refeeds, 1);
+}
+
+// The ring at the attention level: random chunks of 1..3 tokens through a
+// sliding cache of window - 1 + 3 slots give bitwise the output of an
+// unbounded cache (the same arithmetic over the same keys), and the ring
+// never holds more than its slots; a truncation below its floor, or a chunk
+// too long for it, is refused.
+TEST(GptOssAttention, SlidingRingMatchesUnboundedCache) {
+  const GqaShape s{4, 2, 8, 5};
+  const int64_t kvw = s.kv_heads * s.head_dim, qw = s.heads * s.head_dim, ring = s.window - 1 + 3;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  const int64_t n = 40;
+  std::vector<float> q(size_t(n * qw)), k(size_t(n * kvw)), v(size_t(n * kvw)), sinks(size_t(s.heads));
+  for (auto* vec : {&q, &k, &v, &sinks})
+    for (float& x : *vec) x = nd(rng);
+  KvCache full, r;
+  r.ring = ring;
+  std::vector<float> o_full(size_t(n * qw)), o_ring(size_t(n * qw));
+  for (int64_t p = 0; p < n;) {
+    const int64_t c = std::min<int64_t>(n - p, 1 + int64_t(rng() % 3));
+    for (KvCache* cache : {&full, &r}) {
+      const GqaSeq seq{cache, 0, c, p};
+      float* o = (cache == &full ? o_full : o_ring).data() + p * qw;
+      gqa_attend_cpu(s, sinks.data(), seq, q.data() + p * qw, k.data() + p * kvw, v.data() + p * kvw, o, nullptr);
+    }
+    p += c;
+    EXPECT_LE(int64_t(r.k.size()), ring * kvw);
+  }
+  EXPECT_EQ(std::memcmp(o_full.data(), o_ring.data(), o_full.size() * 4), 0);
+  EXPECT_EQ(int64_t(full.k.size()), n * kvw);
+  // Positions [n - ring, n) are held: a query at p needs (p - window, p).
+  EXPECT_EQ(r.truncate_floor(s.window), n - ring + s.window - 1);
+  EXPECT_THROW(r.truncate(r.truncate_floor(s.window) - 1, kvw, s.window), Error);
+  const GqaSeq too_long{&r, 0, ring - s.window + 2, n};
+  std::vector<float> big(size_t(too_long.count * qw));
+  EXPECT_THROW(gqa_attend_cpu(s, sinks.data(), too_long, big.data(), big.data(), big.data(), big.data(), nullptr),
+               Error);
 }
 
 // `nibble run --tokens` on a checkpoint without tokenizer.json: greedy ids

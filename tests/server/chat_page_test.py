@@ -37,43 +37,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 
+from nibble_server import NibbleServer
+
 KEY = "page-test-key"
 
 
-class Server:
-    """nibble serve on a free loopback port; stopped with SIGTERM."""
-
-    def __init__(self, binary: str, model: str, *extra: str):
-        self.proc = subprocess.Popen([binary, "serve", model, "--port", "0", "-t", "1", *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        deadline = time.time() + 60
-        self.port = 0
-        while time.time() < deadline and not self.port:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("nibble serve exited: " + "".join(self.lines))
-            self.lines.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-        threading.Thread(target=lambda: [self.lines.append(l) for l in self.proc.stderr], daemon=True).start()
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(self.base() + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except Exception:
-                time.sleep(0.02)
-        raise RuntimeError("nibble serve was not ready within 60 s")
-
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+class Server(NibbleServer):
+    """nibble serve (nibble_server.py), with this test's requests."""
 
     def get(self, path: str, key: str | None = KEY) -> tuple[int, str, dict]:
         req = urllib.request.Request(self.base() + path)
@@ -95,10 +69,6 @@ class Server:
         _, text, _ = self.get("/metrics")
         m = re.search(r"^nibble:" + re.escape(name) + r" (\S+)$", text, re.M)
         return float(m.group(1)) if m else float("nan")
-
-    def stop(self) -> int:
-        self.proc.terminate()
-        return self.proc.wait(timeout=15)
 
 
 class Browser:

@@ -21,12 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
-import threading
-import time
 import urllib.request
+
+from nibble_server import NibbleServer
 
 
 def reexec_in_venv(venv: str) -> None:
@@ -39,40 +37,11 @@ def reexec_in_venv(venv: str) -> None:
     os.execv(python, [python] + sys.argv)
 
 
-class Server:
-    """nibble serve on a free loopback port; stopped with SIGTERM."""
-
-    def __init__(self, binary: str, model: str, *extra: str):
-        self.proc = subprocess.Popen([binary, "serve", model, "--port", "0", "-t", "1", *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        deadline = time.time() + 60
-        self.port = 0
-        while time.time() < deadline and not self.port:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("nibble serve exited: " + "".join(self.lines))
-            self.lines.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-        # Drain stderr (the request log) so the server never blocks on it.
-        threading.Thread(target=lambda: [self.lines.append(l) for l in self.proc.stderr], daemon=True).start()
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except Exception:
-                time.sleep(0.02)
-        raise RuntimeError("nibble serve was not ready within 60 s")
+class Server(NibbleServer):
+    """nibble serve (nibble_server.py), with this test's requests."""
 
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def stop(self) -> int:
-        self.proc.terminate()
-        return self.proc.wait(timeout=15)
+        return self.base() + "/v1"
 
 
 failures: list[str] = []

@@ -98,7 +98,9 @@ TEST_P(TokenizerFixture, TokenIdAndTextAgree) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerFixture,
                          ::testing::Values(Fixture{"dsv4_cases.json", "dsv4_tokenizer.json"},
-                                           Fixture{"gpt2_cases.json", "gpt2_tokenizer.json"}),
+                                           Fixture{"gpt2_cases.json", "gpt2_tokenizer.json"},
+                                           // DeepSeek-V3's pipeline and added tokens (gen_dsv3_tok_fixtures.py)
+                                           Fixture{"dsv3_cases.json", "dsv3_tokenizer.json"}),
                          [](const auto& info) { return std::string(info.param.cases).substr(0, 4); });
 
 TEST(TokenizerDsv4, SpecialTokenIds) {

@@ -16,7 +16,7 @@
 namespace nibble::x86 {
 
 // The weight encodings the kernels know (Format + FP8 scale type, flattened).
-enum class WeightKind : int32_t { mxfp4, nvfp4, fp8_ue8m0, fp8_f32, bf16, f32 };
+enum class WeightKind : int32_t { mxfp4, nvfp4, fp8_ue8m0, fp8_f32, bf16, f32, int4 };
 
 // A weight matrix W[rows, cols] as the kernels see it: WeightView's layout
 // (kernels/weights.h) without its std::string.
@@ -27,6 +27,7 @@ struct RawWeights {
   const uint8_t* data;    // row-major codes, rows contiguous
   const uint8_t* scales;  // per format, see weights.h
   float global_scale;     // nvfp4 s_g; 1 otherwise
+  int64_t group;          // int4: elements per BF16 scale (a multiple of 32); 0 otherwise
 };
 
 // How activations are laid out for a weight kind (chosen per ISA and backend
@@ -40,9 +41,14 @@ struct RawWeights {
 //                 block)
 //   f32_even_odd  BF16 weights: f32, even/odd halves of each chunk
 //   f32_plain     FP8 and F32 weights: f32
-// Every layout but int8_blocks keeps x exactly.
-enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, f32_fp4 };
-constexpr int kActsClasses = 4;
+//   f32_int4      INT4 weights, exact (the default): f32, permuted like
+//                 f32_fp4 but owned by int4_f32_avx2.cpp / int4_f32_avx512.cpp
+//   int8_int4     INT4 weights, lossy (opt-in `*_int8` backends): x rounded
+//                 to int8 per block of 32 as int8_blocks, laid out for the
+//                 codes' byte order (int4_int8_avx2.cpp / int4_int8_avx512.cpp)
+// Every layout but int8_blocks and int8_int4 keeps x exactly.
+enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, f32_fp4, f32_int4, int8_int4 };
+constexpr int kActsClasses = 6;
 
 // Activations prepared by prepare_acts_*, `stride` bytes per token.
 struct PreparedActs {
@@ -84,6 +90,18 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
 void fp4_f32_prepare_avx512(const float* x, int64_t cols, float* out);
 void fp4_f32_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                          int n_tok, int64_t t0, const RowsOut& out);
+// INT4 (int4_f32_avx512.cpp), exact: one token's f32_int4 layout (stride
+// acts_stride_avx512(f32_int4, cols)), and rows [r0, r1) x tokens [t0, t0 +
+// n_tok) (1 <= n_tok <= 4), as the FP4 pair above.
+void int4_f32_prepare_avx512(const float* x, int64_t cols, float* out);
+void int4_f32_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
+                          int n_tok, int64_t t0, const RowsOut& out);
+// INT4 against int8 activations (int4_int8_avx512.cpp): the int8_int4
+// stride and preparation of one token, and the row kernel, as above.
+int64_t int4_int8_stride_avx512(int64_t cols);
+void int4_int8_prepare_avx512(const float* x, int64_t cols, uint8_t* out);
+void int4_int8_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
+                           int n_tok, int64_t t0, const RowsOut& out);
 // h[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (no clamp when
 // limit <= 0), in place over g; n elements.
 void swiglu_avx512(float* g, const float* u, int64_t n, float limit);
@@ -96,6 +114,13 @@ void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const Prepare
 void fp4_f32_prepare_avx2(const float* x, int64_t cols, float* out);
 void fp4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                        int n_tok, int64_t t0, const RowsOut& out);
+void int4_f32_prepare_avx2(const float* x, int64_t cols, float* out);
+void int4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
+                        int64_t t0, const RowsOut& out);
+int64_t int4_int8_stride_avx2(int64_t cols);
+void int4_int8_prepare_avx2(const float* x, int64_t cols, uint8_t* out);
+void int4_int8_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
+                         int64_t t0, const RowsOut& out);
 void swiglu_avx2(float* g, const float* u, int64_t n, float limit);
 
 }  // namespace nibble::x86

@@ -378,7 +378,8 @@ void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, floa
 int64_t row_bytes(const RawWeights& w) {
   switch (w.kind) {
     case WeightKind::mxfp4:
-    case WeightKind::nvfp4: return w.cols / 2;
+    case WeightKind::nvfp4:
+    case WeightKind::int4: return w.cols / 2;
     case WeightKind::fp8_ue8m0:
     case WeightKind::fp8_f32: return w.cols;
     case WeightKind::bf16: return w.cols * 2;
@@ -434,6 +435,11 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
     return;
   }
+  if (w.kind == WeightKind::int4) {  // int4_f32_avx2.cpp, int4_int8_avx2.cpp
+    if (cls == ActsClass::int8_int4) int4_int8_rows_avx2(w, r0, r1, acts, T, t0, out);
+    else int4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
+    return;
+  }
   if (w.kind == WeightKind::bf16) {
     bf16_range<T>(w, r0, r1, acts, t0, out);
     return;
@@ -456,7 +462,8 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
         break;
       case WeightKind::bf16:       // bf16_range
       case WeightKind::fp8_ue8m0:
-      case WeightKind::fp8_f32: break;  // fp8_range
+      case WeightKind::fp8_f32:
+      case WeightKind::int4: break;  // fp8_range, int4_f32_*
     }
     store_row<T>(out, r, t0, dots, scale);
   }
@@ -494,6 +501,7 @@ inline __m256 exp_ps(__m256 x) {
 
 int64_t acts_stride_avx2(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kPad);
+  if (c == ActsClass::int8_int4) return int4_int8_stride_avx2(cols);
   return c == ActsClass::int8_blocks ? padded / kGroup * kGroupBytes : padded * 4;
 }
 
@@ -506,6 +514,8 @@ void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uin
       case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_fp4: fp4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::f32_int4: int4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::int8_int4: int4_int8_prepare_avx2(x + t * cols, cols, o); break;
     }
   }
 }

@@ -425,7 +425,8 @@ void f32_row(const uint8_t* wrow, int64_t cols, const uint8_t* const* acts, floa
 int64_t row_bytes(const RawWeights& w) {
   switch (w.kind) {
     case WeightKind::mxfp4:
-    case WeightKind::nvfp4: return w.cols / 2;
+    case WeightKind::nvfp4:
+    case WeightKind::int4: return w.cols / 2;
     case WeightKind::fp8_ue8m0:
     case WeightKind::fp8_f32: return w.cols;
     case WeightKind::bf16: return w.cols * 2;
@@ -482,6 +483,11 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
     return;
   }
+  if (w.kind == WeightKind::int4) {  // int4_f32_avx512.cpp, int4_int8_avx512.cpp
+    if (cls == ActsClass::int8_int4) int4_int8_rows_avx512(w, r0, r1, acts, T, t0, out);
+    else int4_f32_rows_avx512(w, r0, r1, acts, T, t0, out);
+    return;
+  }
   if (w.kind == WeightKind::bf16) {
     bf16_range<T>(w, r0, r1, acts, t0, out);
     return;
@@ -504,7 +510,8 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
         break;
       case WeightKind::bf16:       // bf16_range
       case WeightKind::fp8_ue8m0:
-      case WeightKind::fp8_f32: break;  // fp8_range
+      case WeightKind::fp8_f32:
+      case WeightKind::int4: break;  // fp8_range, int4_f32_*
     }
     store_row<T>(out, r, t0, dots, scale);
   }
@@ -529,9 +536,11 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kGroup);
   switch (c) {
     case ActsClass::int8_blocks: return padded / kGroup * kGroupBytes;
+    case ActsClass::int8_int4: return int4_int8_stride_avx512(cols);
     case ActsClass::f32_even_odd:
     case ActsClass::f32_plain:
-    case ActsClass::f32_fp4: break;
+    case ActsClass::f32_fp4:
+    case ActsClass::f32_int4: break;
   }
   return padded * 4;
 }
@@ -545,6 +554,8 @@ void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, u
       case ActsClass::f32_plain: copy_plain_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_even_odd: split_even_odd_token(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_fp4: fp4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::f32_int4: int4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
+      case ActsClass::int8_int4: int4_int8_prepare_avx512(x + t * cols, cols, o); break;
     }
   }
 }

@@ -28,6 +28,7 @@ ActsClass acts_class(WeightKind kind) {
     case WeightKind::fp8_ue8m0:
     case WeightKind::fp8_f32:
     case WeightKind::f32: return ActsClass::f32_plain;
+    case WeightKind::int4: return kFp4 == Fp4Acts::int8 ? ActsClass::int8_int4 : ActsClass::f32_int4;
   }
   return ActsClass::f32_plain;
 }
@@ -86,10 +87,21 @@ x86::RawWeights raw_weights(const WeightView& w) {
       break;
     case Format::bf16: r.kind = x86::WeightKind::bf16; break;
     case Format::f32: r.kind = x86::WeightKind::f32; break;
-    case Format::int4: fail("tensor ", w.name, ": the SIMD kernels do not run int4 yet (cpu_ref does)");
+    case Format::int4:
+      // int4_f32_avx2.cpp / int4_f32_avx512.cpp step over 32-column blocks
+      // with one scale each; other group sizes run on cpu_ref.
+      if (w.group <= 0 || w.group % 32 != 0)
+        fail("tensor ", w.name, ": the SIMD kernels need an INT4 group size that is a multiple of 32, got ", w.group,
+             " (cpu_ref runs any multiple of 8)");
+      if (w.cols % w.group != 0)
+        fail("tensor ", w.name, ": INT4 in-features ", w.cols, " are not a multiple of the group size ", w.group);
+      r.kind = x86::WeightKind::int4;
+      r.group = w.group;
+      break;
     case Format::int_index: fail("tensor ", w.name, ": an integer index tensor is not a weight matrix");
   }
-  const bool scaled = w.format == Format::mxfp4 || w.format == Format::nvfp4 || w.format == Format::fp8_block128;
+  const bool scaled = w.format == Format::mxfp4 || w.format == Format::nvfp4 || w.format == Format::fp8_block128 ||
+                      w.format == Format::int4;
   if (scaled && !w.scales && w.rows > 0) fail("tensor ", w.name, ": ", format_name(w.format), " weights without scales");
   return r;
 }

@@ -15,7 +15,7 @@
 
 namespace nibble {
 
-// What the FP4 (MXFP4 / NVFP4) kernels do with activations:
+// What the FP4 (MXFP4 / NVFP4) and INT4 kernels do with activations:
 //   f32   exact products, f32 accumulation (the default backends cpu_avx2,
 //         cpu_avx512)
 //   int8  x rounded to int8 per block of 32 (scale amax/127), then integer
@@ -29,7 +29,7 @@ const char* fp4_acts_name(Fp4Acts a);  // "f32", "int8"
 // a malformed view, or when this CPU lacks the ISA.
 void linear_avx2(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 void linear_avx512(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
-// The same with FP4 weights against int8 activations (lossy, opt-in).
+// The same with FP4 and INT4 weights against int8 activations (lossy, opt-in).
 void linear_avx2_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 void linear_avx512_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 

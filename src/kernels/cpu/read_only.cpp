@@ -44,7 +44,8 @@ uint64_t sum_words(const uint8_t* p, int64_t n) {
 int64_t row_bytes(const x86::RawWeights& w) {
   switch (w.kind) {
     case x86::WeightKind::mxfp4:
-    case x86::WeightKind::nvfp4: return w.cols / 2;
+    case x86::WeightKind::nvfp4:
+    case x86::WeightKind::int4: return w.cols / 2;
     case x86::WeightKind::fp8_ue8m0:
     case x86::WeightKind::fp8_f32: return w.cols;
     case x86::WeightKind::bf16: return 2 * w.cols;
@@ -60,6 +61,7 @@ void row_scales(const x86::RawWeights& w, int64_t r, const uint8_t** p, int64_t*
     case x86::WeightKind::nvfp4: *n = w.cols / kNvfp4Block; *p = w.scales + r * *n; return;
     case x86::WeightKind::fp8_ue8m0: *n = tiles; *p = w.scales + (r / kFp8Tile) * tiles; return;
     case x86::WeightKind::fp8_f32: *n = 4 * tiles; *p = w.scales + (r / kFp8Tile) * 4 * tiles; return;
+    case x86::WeightKind::int4: *n = 2 * (w.cols / w.group); *p = w.scales + r * *n; return;  // BF16 per group
     case x86::WeightKind::bf16:
     case x86::WeightKind::f32: *n = 0; *p = nullptr; return;
   }

@@ -162,8 +162,8 @@ CudaBenchReport cuda_bench_linear(Format format, int64_t rows, int64_t cols, con
 }
 
 CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens, int iters) {
-  if (format != Format::mxfp4 && format != Format::nvfp4)
-    fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4 or nvfp4, not ", format_name(format));
+  if (format != Format::mxfp4 && format != Format::nvfp4 && format != Format::int4)
+    fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4, nvfp4 or int4, not ", format_name(format));
   constexpr int kExperts = 256, kTopK = 6, kRoutings = 8;
   CudaBenchReport r = start_report();
   int sms = 0;
@@ -278,8 +278,8 @@ CudaBenchReport cuda_bench_moe(Format format, const std::vector<int64_t>& tokens
 }
 
 CudaBenchReport cuda_bench_moe_layer(Format format, const std::vector<int64_t>& tokens, int iters) {
-  if (format != Format::mxfp4 && format != Format::nvfp4)
-    fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4 or nvfp4, not ", format_name(format));
+  if (format != Format::mxfp4 && format != Format::nvfp4 && format != Format::int4)
+    fail("bench moe --device cuda: the W4A16 MoE kernel takes mxfp4, nvfp4 or int4, not ", format_name(format));
   constexpr int64_t kExperts = 256, kTopK = 6, kHidden = 4096, kInter = 2048;
   constexpr int kRoutings = 8;
   CudaBenchReport r = start_report();

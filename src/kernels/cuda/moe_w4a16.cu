@@ -24,8 +24,8 @@ constexpr CudaCheck check{"moe_w4a16"};
 namespace {
 
 void check_layout(const W4A16ExpertsDevice& w, const MoeGemmArgs& a) {
-  if (w.format != Format::mxfp4 && w.format != Format::nvfp4)
-    fail("moe_w4a16: weights must be MXFP4 or NVFP4, not ", format_name(w.format));
+  if (w.format != Format::mxfp4 && w.format != Format::nvfp4 && w.format != Format::int4)
+    fail("moe_w4a16: weights must be MXFP4, NVFP4 or INT4, not ", format_name(w.format));
   if (w.rows_padded % kTileRows || w.cols_padded % kChunkK || w.rows > w.rows_padded || w.cols > w.cols_padded ||
       w.experts <= 0 || w.rows <= 0)
     fail("moe_w4a16: bad layout [", w.rows, ", ", w.cols, "] padded [", w.rows_padded, ", ", w.cols_padded, "] x ",
@@ -35,13 +35,14 @@ void check_layout(const W4A16ExpertsDevice& w, const MoeGemmArgs& a) {
 }
 
 KernelParams params_for(const W4A16ExpertsDevice& w, const MoeGemmArgs& a) {
-  const int group = w.format == Format::mxfp4 ? 32 : 16;
+  const int group = w.format == Format::nvfp4 ? 16 : 32;
+  const int scale_bytes = w.format == Format::int4 ? 2 : 1;  // INT4: BF16 (w4a16_int4.h)
   KernelParams p;
   p.words[0] = reinterpret_cast<const uint4*>(w.words);
   p.scales[0] = w.scales;
   p.global_scales[0] = w.format == Format::nvfp4 ? w.global_scales : nullptr;
   p.words_per_expert = w.rows_padded * w.cols_padded / 8;
-  p.scales_per_expert = w.rows_padded * w.cols_padded / group;
+  p.scales_per_expert = w.rows_padded * w.cols_padded / group * scale_bytes;
   p.x = a.x;
   p.ldx = w.cols_padded;
   p.offsets = a.offsets;
@@ -61,6 +62,7 @@ void launch(const W4A16ExpertsDevice& w, const KernelParams& p, const MoeGemmArg
   const int passes = moe_w4a16_tokens_per_pass(a.max_per_expert) / kTokensPerMma;
   auto stream = static_cast<cudaStream_t>(a.stream);
   if (w.format == Format::mxfp4) launch_mxfp4(p, passes, gate_up, grid, stream);
+  else if (w.format == Format::int4) launch_int4(p, passes, gate_up, grid, stream);
   else launch_nvfp4(p, passes, gate_up, grid, stream);
   check(cudaGetLastError(), "kernel launch");
 }

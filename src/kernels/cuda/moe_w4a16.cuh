@@ -1,7 +1,8 @@
 // The W4A16 grouped expert GEMM kernel (moe_w4a16.h says what it computes;
 // w4a16_layout.h the weight layout and the fragment map). Instantiated per
 // weight format in moe_w4a16_{mxfp4,nvfp4}.cu, each with the two token
-// widths the launcher can choose (moe_w4a16_tokens_per_pass).
+// widths the launcher can choose (moe_w4a16_tokens_per_pass); INT4 in
+// moe_w4a16_int4.cu (kInt4: w4a16_int4.h).
 //
 // Per warp: 16 output rows (one strip) of one expert, a K range (all of it,
 // or 1/k_splits), and up to 8 * kPasses of that expert's tokens per pass.
@@ -22,6 +23,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/mma_sync.cuh"
+#include "kernels/cuda/w4a16_int4.h"
 #include "kernels/cuda/w4a16_layout.h"
 
 namespace nibble::w4a16 {
@@ -53,10 +55,23 @@ struct KernelParams {
   int32_t* tickets = nullptr;           // [experts * strips], zero between launches (k_splits > 1)
 };
 
-template <int kGroup>
+template <int kGroup, bool kInt4>
 __device__ __forceinline__ float group_scale(uint32_t code, float global_scale) {
-  if constexpr (kGroup == 32) return ue8m0_to_f32(code);
+  if constexpr (kInt4) return bf16_scale_to_f32(code);
+  else if constexpr (kGroup == 32) return ue8m0_to_f32(code);
   else return e4m3_to_f32(code) * global_scale;
+}
+
+// c - 8 from the 128 + c of dequant_int4x8_biased (w4a16_int4.h), exact.
+__device__ __forceinline__ uint32_t int4_unbias(uint32_t a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(kBf16x2One), "r"(kBf16x2Minus136));
+  return d;
+#else
+  __trap();
+  return 0;
+#endif
 }
 
 // DeepSeek-V4's clamped SwiGLU, in moe_ref's f32 order.
@@ -80,11 +95,14 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float v) {
 // per lane per chunk, so twice the bytes in flight) and writes h instead of
 // y. With k_splits > 1 the splits add g and u into y / y_up; the last split
 // of a strip to finish (a ticket counter) applies the SwiGLU and resets the
-// ticket, so no second launch and no host sync is needed.
-template <int kGroup, int kPasses, bool kGateUp>
+// ticket, so no second launch and no host sync is needed. kInt4: INT4
+// codes and BF16 scales (w4a16_int4.h), group 32.
+template <int kGroup, int kPasses, bool kGateUp, bool kInt4 = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const KernelParams p) {
   constexpr int kGpc = kChunkK / kGroup;               // groups per chunk: 2 or 4
   constexpr int kTilesPerGroup = kGroup / kTileK;      // 2 or 1
+  constexpr int kScaleBytes = kInt4 ? 2 : 1;
+  constexpr int kScaleWords = 2 * kGpc * kScaleBytes / 4;  // per lane and chunk: 1 or 2
   constexpr int kProj = kGateUp ? 2 : 1;
   const int lane = threadIdx.x & 31;
   const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -104,7 +122,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
     // word_index(strip, ch, n_chunks, lane, 0) / 4, in uint4, at ch = 0.
     wp[pr] = p.words[pr] + e * (p.words_per_expert / 4) + int64_t(strip) * p.n_chunks * 32 + lane;
     // scale_index(strip, ch, n_chunks, g, 0, 0, kGpc) at ch = 0.
-    sp[pr] = p.scales[pr] + e * p.scales_per_expert + int64_t(strip) * p.n_chunks * 16 * kGpc + g * 2 * kGpc;
+    sp[pr] = p.scales[pr] + e * p.scales_per_expert + (int64_t(strip) * p.n_chunks * 16 * kGpc + g * 2 * kGpc) * kScaleBytes;
   }
 
   for (int tb = 0; tb < count; tb += kTokensPerMma * kPasses) {
@@ -119,12 +137,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
     float acc[kProj][kPasses][4] = {};
     for (int ch = c0; ch < c1; ++ch) {
       uint4 wq[kProj];
-      uint32_t sc[kProj][kGpc / 2];  // bytes [half][gi]
+      uint32_t sc[kProj][kScaleWords];  // scales [half][gi], kScaleBytes each
 #pragma unroll
       for (int pr = 0; pr < kProj; ++pr) {
         wq[pr] = __ldcs(wp[pr] + int64_t(ch) * 32);  // read once: evict first
-        const uint8_t* s = sp[pr] + int64_t(ch) * 16 * kGpc;
-        if constexpr (kGpc == 2) {
+        const uint8_t* s = sp[pr] + int64_t(ch) * 16 * kGpc * kScaleBytes;
+        if constexpr (kScaleWords == 1) {
           sc[pr][0] = __ldg(reinterpret_cast<const unsigned int*>(s));
         } else {
           const uint2 v = __ldg(reinterpret_cast<const uint2*>(s));
@@ -139,9 +157,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
 #pragma unroll
         for (int j = 0; j < kTilesPerChunk; ++j) {
           uint32_t a[4];
-          dequant_fp4x8(q[j], a);
+          if constexpr (kInt4) {
+            dequant_int4x8_biased(q[j], a);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) a[i] = bf16x2_mul(a[i], kBf16x2Pow126);
+            for (int i = 0; i < 4; ++i) a[i] = int4_unbias(a[i]);
+          } else {
+            dequant_fp4x8(q[j], a);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = bf16x2_mul(a[i], kBf16x2Pow126);
+          }
           const int k0 = (ch * kTilesPerChunk + j) * kTileK;
 #pragma unroll
           for (int nb = 0; nb < kPasses; ++nb) {
@@ -154,9 +178,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
           }
           if ((j + 1) % kTilesPerGroup == 0) {
             const int gi = j / kTilesPerGroup;
-            const int b_lo = gi, b_hi = kGpc + gi;  // byte of row g, of row g+8
-            const float s0 = group_scale<kGroup>((sc[pr][b_lo / 4] >> (8 * (b_lo % 4))) & 0xFF, gs[pr]);
-            const float s1 = group_scale<kGroup>((sc[pr][b_hi / 4] >> (8 * (b_hi % 4))) & 0xFF, gs[pr]);
+            const int b_lo = gi, b_hi = kGpc + gi;  // scale of row g, of row g+8
+            constexpr int kPerWord = 4 / kScaleBytes, kBits = 8 * kScaleBytes;
+            constexpr uint32_t kMask = kInt4 ? 0xFFFFu : 0xFFu;
+            const float s0 =
+                group_scale<kGroup, kInt4>((sc[pr][b_lo / kPerWord] >> (kBits * (b_lo % kPerWord))) & kMask, gs[pr]);
+            const float s1 =
+                group_scale<kGroup, kInt4>((sc[pr][b_hi / kPerWord] >> (kBits * (b_hi % kPerWord))) & kMask, gs[pr]);
 #pragma unroll
             for (int nb = 0; nb < kPasses; ++nb) {
               acc[pr][nb][0] += part[nb][0] * s0;
@@ -225,5 +253,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
 // `passes` (1 or 4) token blocks of 8, fused gate/up or one projection.
 void launch_mxfp4(const KernelParams& p, int passes, bool gate_up, dim3 grid, cudaStream_t stream);
 void launch_nvfp4(const KernelParams& p, int passes, bool gate_up, dim3 grid, cudaStream_t stream);
+void launch_int4(const KernelParams& p, int passes, bool gate_up, dim3 grid, cudaStream_t stream);  // moe_w4a16_int4.cu
 
 }  // namespace nibble::w4a16

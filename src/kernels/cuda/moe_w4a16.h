@@ -1,6 +1,7 @@
 // The W4A16 grouped expert GEMM on tensor cores: for every routed expert e
-// and each token assigned to it, y[a] = W_e · x[row(a)], with W_e MXFP4 or
-// NVFP4 in the repacked layout (w4a16_layout.h), x BF16, f32 out. This is the
+// and each token assigned to it, y[a] = W_e · x[row(a)], with W_e MXFP4,
+// NVFP4 or INT4 (group 32, w4a16_int4.h) in the repacked layout
+// (w4a16_layout.h), x BF16, f32 out. This is the
 // core of the CUDA MoE: gate / up fused with the clamped SwiGLU
 // (moe_w4a16_gate_up_launch), then the down projection, then the routing
 // weights and combine (moe_router.h).
@@ -26,7 +27,7 @@ struct W4A16ExpertsDevice {
   int64_t rows = 0, cols = 0;                // per expert
   int64_t rows_padded = 0, cols_padded = 0;  // w4a16_layout.h
   const uint32_t* words = nullptr;           // [experts][rows_padded * cols_padded / 8]
-  const uint8_t* scales = nullptr;           // [experts][rows_padded * cols_padded / group]
+  const uint8_t* scales = nullptr;           // [experts][rows_padded * cols_padded / group] (INT4: x2 bytes, BF16)
   const float* global_scales = nullptr;      // [experts] NVFP4 s_g; null for MXFP4
 };
 

@@ -30,7 +30,8 @@ std::string gib(uint64_t b) {
   return s;
 }
 
-bool is_fp4(Format f) { return f == Format::mxfp4 || f == Format::nvfp4; }
+// The formats the W4A16 kernels take (INT4: group 32, repack_w4a16 checks).
+bool is_fp4(Format f) { return f == Format::mxfp4 || f == Format::nvfp4 || f == Format::int4; }
 bool is_mma(Format f) { return f == Format::fp8_block128 || f == Format::bf16; }
 
 // The per-view bytes of each part of a w4a16 / mma entry.
@@ -39,7 +40,7 @@ std::vector<uint64_t> part_sizes(const StoreEntry& e) {
   const WeightView& v = e.views.front();
   if (e.layout == DeviceLayout::w4a16) {
     const uint64_t rp = uint64_t(w4a16::round_up(v.rows, 16)), cp = uint64_t(w4a16::round_up(v.cols, 64));
-    return {rp * cp / 2, rp * cp / (v.format == Format::mxfp4 ? 32 : 16), 4};
+    return {rp * cp / 2, w4a16_scale_bytes(v.format, v.rows, v.cols), 4};
   }
   return {mma_word_bytes(v.format, v.rows, v.cols), mma_scale_bytes(v.format, v.rows, v.cols)};
 }
