@@ -66,8 +66,9 @@ const CudaBackend::DeviceMoe& CudaBackend::moe_weights(const MoeWeights& w) {
   const ExpertWeights& e0 = w.experts[0];
   if (e0.fused() || e0.b13 || e0.b2 || w.gate_bias || w.swiglu_alpha != 0)
     not_yet("moe for gpt-oss-style experts (fused gate/up, biases, alpha SwiGLU)");
-  if (e0.w1.format != Format::mxfp4 && e0.w1.format != Format::nvfp4)
-    not_yet((std::string("moe with ") + format_name(e0.w1.format) + " experts (the W4A16 kernel takes MXFP4 / NVFP4)").c_str());
+  if (e0.w1.format != Format::mxfp4 && e0.w1.format != Format::nvfp4 && e0.w1.format != Format::int4)
+    not_yet((std::string("moe with ") + format_name(e0.w1.format) + " experts (the W4A16 kernel takes MXFP4, NVFP4, INT4)")
+                .c_str());
   if (w.top_k > 32) fail("moe: top_k ", w.top_k, " exceeds the GPU router's 32");
   DeviceMoe d;
   d.w1 = upload_stack(w, &ExpertWeights::w1, "w1");

@@ -281,7 +281,7 @@ TEST(CudaBackendGpu, HyperConnectionsMatchTheCpuBackend) {
   EXPECT_EQ(b.gpu.mirror().entries(), 6u);
 }
 
-// The MoE sublayer (MXFP4 and NVFP4 experts, BF16 router, FP8 shared
+// The MoE sublayer (MXFP4, NVFP4 and INT4 experts, BF16 router, FP8 shared
 // expert) against moe_ref, with hash routing so that the experts are the
 // same on both sides whatever the rounding (top-k selection on close scores
 // is the router test's business). The GPU rounds x, the experts' h and the
@@ -291,7 +291,7 @@ TEST(CudaBackendGpu, HyperConnectionsMatchTheCpuBackend) {
 // these Gaussian weights stay within 2x the output's RMS: bound 2^-6 RMS(y).
 TEST(CudaBackendGpu, MoeMatchesTheReference) {
   REQUIRE_CUDA_DEVICE();
-  for (Format f : {Format::mxfp4, Format::nvfp4}) {
+  for (Format f : {Format::mxfp4, Format::nvfp4, Format::int4}) {
     const int64_t D = 128, I = 96, E = 8, K = 2, vocab = 50, n = 5;
     MoeWeights w;
     w.hidden = D;
