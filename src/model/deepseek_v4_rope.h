@@ -21,6 +21,7 @@ class RopeTable {
 
   int64_t rope_dim() const { return rope_dim_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [rope_dim / 2]
+  float attention_factor() const { return attention_factor_; }      // multiplies cos and sin
 
   // cos/sin of every pair at `pos`: [rope_dim / 2] each.
   void angles(int64_t pos, float* cos, float* sin) const;

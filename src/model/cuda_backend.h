@@ -1,0 +1,126 @@
+// The CUDA backend of model/backend.h (issue 16), in progress: the ops that
+// have GPU kernels run on one CUDA stream over device memory (a StepArena for
+// the step's Tensors, a WeightMirror for the small host-resident weights,
+// FP8 / BF16 matrices repacked for linear_mma on first use); the ops that
+// do not yet (linear on FP4 / INT4 weights, gpt-oss's MoE,
+// grouped_wo_a, indexer_project, attend, and the gpt-oss ops) throw "backend
+// cuda has no op X yet", so nothing silently falls back to the CPU. Not yet
+// selectable with --device cuda: the forward still reads logits and the
+// draft layer's hidden rows from Tensors on the host, and keeps each
+// sequence's caches in host memory (docs/cuda.md, "The CUDA backend").
+//
+// Every Tensor this backend hands out is device memory. A step's host inputs
+// (ids, positions, row lists) are uploaded into the arena on the stream by
+// the op that takes them; nothing synchronises until download().
+#pragma once
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "kernels/cuda/linear_mma.h"
+#include "kernels/cuda/moe_w4a16.h"
+#include "kernels/cuda/sampling.h"
+#include "model/backend.h"
+#include "model/cuda_backend_memory.h"
+
+namespace nibble {
+
+class CudaBackend : public Backend {
+ public:
+  // Creates its stream on the current CUDA device; throws nibble::Error
+  // (CUDA's reason, or "built without CUDA") when there is none.
+  explicit CudaBackend(ForwardProfile* profile = nullptr);
+  ~CudaBackend() override;
+  const char* name() const override { return "cuda"; }
+  ForwardProfile* profile() const override { return profile_; }
+
+  void begin_step() override { arena_->begin_step(); }
+  Tensor alloc(int64_t rows, int64_t cols) override;
+  size_t mark() const override { return arena_->mark(); }
+  void release_to(size_t mark) override { arena_->release_to(mark); }
+
+  void embed(const WeightView& table, std::span<const int32_t> ids, int64_t copies, Tensor out) override;
+  void rms_norm(Tensor x, const float* weight, double eps, Tensor y) override;
+  void linear(const BoundLinear& w, Tensor x, Tensor y) override;
+  void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
+            bool inverse) override;
+  void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) override;
+  void add_to_streams(Tensor x, Tensor streams) override;
+  void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) override;
+
+  void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) override;
+  void hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) override;
+  void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) override;
+  void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) override;
+  void indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
+                       std::span<const int64_t> positions, IndexerProjections& out) override;
+  void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
+              Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score, const IndexerProjections* idx,
+              Tensor o) override;
+
+  void add_bias(Tensor y, const float* bias) override;
+
+  // The next token of each row of logits [rows, V] on the GPU
+  // (kernels/cuda/sampling.h; params [rows] with each row's uniform draw):
+  // only the ids come back. Waits for the step.
+  void sample(Tensor logits, std::span<const GpuSampleParams> params, std::span<int32_t> ids);
+
+  // Host <-> device for callers and tests: t's rows * cols values.
+  void upload(const float* host, Tensor t);
+  void download(Tensor t, float* host);  // waits for every op queued so far; reports a bad token id
+  // What the first steps put on the device (explain / tests).
+  const StepArena& arena() const { return *arena_; }
+  const WeightMirror& mirror() const { return *mirror_; }
+
+ private:
+  [[noreturn]] void not_yet(const char* op) const;
+  // A step's host integers, copied into the arena on the stream.
+  template <class T>
+  const T* upload_ints(std::span<const T> v) {
+    float* p = arena_->alloc(int64_t((v.size() * sizeof(T) + 3) / 4));
+    upload_bytes(p, v.data(), v.size() * sizeof(T));
+    return reinterpret_cast<const T*>(p);
+  }
+  void upload_bytes(void* dst, const void* src, size_t bytes);
+  void check_errors();  // the embed's bad-id flag (synchronises)
+
+  // The tensor-core layout of an FP8 block-128 / BF16 matrix, repacked and
+  // uploaded the first time a linear uses it (keyed by its stored bytes).
+  // The weight store (weight_store_cuda.h) is where these go once the
+  // backend uploads at load; this keeps the op correct until then.
+  struct MmaEntry {
+    MmaWeightsDevice w;
+    int k_splits = 1;
+  };
+  const MmaEntry& mma_weights(const WeightView& w);
+
+  // One MoE layer on the device (cuda_backend_moe.cpp): the routed experts'
+  // three projections as W4A16 stacks, the router's bias / hash table, the
+  // split-K tickets. Router and shared expert go through mma_weights.
+  struct DeviceMoe {
+    W4A16ExpertsDevice w1, w3, w2;
+    const float* bias = nullptr;     // [E] or null
+    const void* tid2eid = nullptr;   // [vocab, K] or null
+    int32_t* tickets = nullptr;      // [E * w1.rows_padded / 16], zeroed once
+  };
+  const DeviceMoe& moe_weights(const MoeWeights& w);
+  W4A16ExpertsDevice upload_stack(const MoeWeights& w, const WeightView ExpertWeights::*proj, const char* what);
+
+  ForwardProfile* profile_;
+  void* stream_ = nullptr;
+  int sms_ = 1;
+  // By stored bytes and shape: a row slice starting at row 0 shares its
+  // matrix's address (grouped_wo_a's first group).
+  using MmaKey = std::tuple<const void*, int64_t, int64_t>;
+  std::map<MmaKey, MmaEntry> mma_;
+  std::map<const MoeWeights*, DeviceMoe> moe_;
+  std::vector<void*> owned_;  // the MmaEntry and DeviceMoe allocations
+  std::unique_ptr<DeviceAllocator> alloc_;
+  std::unique_ptr<StepArena> arena_;
+  std::unique_ptr<WeightMirror> mirror_;
+  int32_t* error_ = nullptr;  // device: 1 + the first bad token of an embed since the last check
+  std::vector<int32_t> error_ids_;  // the ids of the embed that may have set it, for the message
+};
+
+}  // namespace nibble

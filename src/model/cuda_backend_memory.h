@@ -1,0 +1,95 @@
+// The CUDA backend's device memory, as host logic over an allocator so that
+// it is tested on the CPU (with a host allocator) and runs the same on the
+// GPU (device/cuda_memory.h):
+//
+// - StepArena: the step workspace behind Backend::alloc / mark / release_to,
+//   with the CPU backend's reuse rule (the k-th live buffer of a step is
+//   slot k, which only grows), so a steady-state decode step allocates
+//   nothing and hands out the same addresses every time: what a CUDA graph
+//   of the step needs. A slot that must grow is replaced (its old memory is
+//   freed, which synchronises the device first) and `growths()` counts it,
+//   so a captured graph knows it is stale.
+// - WeightMirror: device copies of the small host-resident weights the
+//   forward passes by pointer (norm weights, hyper-connection base / scale,
+//   F32 hc_*_fn matrices, RoPE frequency tables, router biases), made on
+//   first use and found again by address: the first step uploads them, every
+//   later one only looks them up. The large matrices do not come through
+//   here: they live in the weight store in their kernels' layouts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+class DeviceAllocator {
+ public:
+  virtual ~DeviceAllocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  // Copies host bytes to device memory; the host bytes may be reused on return.
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+};
+
+class StepArena {
+ public:
+  explicit StepArena(DeviceAllocator& a) : a_(&a) {}
+  ~StepArena();
+  StepArena(const StepArena&) = delete;
+  StepArena& operator=(const StepArena&) = delete;
+
+  void begin_step() { used_ = 0; }
+  // `floats` f32 values, 256-byte aligned, valid until release_to a mark
+  // taken before this call or the next begin_step.
+  float* alloc(int64_t floats);
+  size_t mark() const { return used_; }
+  void release_to(size_t mark);
+
+  size_t slots() const { return slots_.size(); }
+  uint64_t bytes() const;                  // device bytes held
+  uint64_t growths() const { return growths_; }  // slot allocations so far (first uses included)
+
+ private:
+  struct Slot {
+    float* p = nullptr;
+    size_t floats = 0;
+  };
+  DeviceAllocator* a_;
+  std::vector<Slot> slots_;
+  size_t used_ = 0;
+  uint64_t growths_ = 0;
+};
+
+class WeightMirror {
+ public:
+  explicit WeightMirror(DeviceAllocator& a) : a_(&a) {}
+  ~WeightMirror();
+  WeightMirror(const WeightMirror&) = delete;
+  WeightMirror& operator=(const WeightMirror&) = delete;
+
+  // The device copy of host[0, bytes), uploaded the first time this address
+  // is asked for. The same address with a different size is a caller's bug
+  // (two views of one buffer) and throws, naming `what`. Null gives null.
+  const void* device(const void* host, size_t bytes, const char* what);
+  template <class T>
+  const T* device(const T* host, size_t count, const char* what) {
+    return static_cast<const T*>(device(static_cast<const void*>(host), count * sizeof(T), what));
+  }
+
+  size_t entries() const { return map_.size(); }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  struct Copy {
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
+  DeviceAllocator* a_;
+  std::map<const void*, Copy> map_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace nibble
