@@ -2,8 +2,8 @@
 // have GPU kernels run on one CUDA stream over device memory (a StepArena for
 // the step's Tensors, a WeightMirror for the small host-resident weights,
 // FP8 / BF16 matrices repacked for linear_mma on first use); the ops that
-// do not yet (linear on FP4 / INT4 weights, gpt-oss's MoE,
-// grouped_wo_a, indexer_project, attend, and the gpt-oss ops) throw "backend
+// do not yet (linear on FP4 / INT4 weights, gpt-oss's MoE, indexer_project,
+// attend, and the gpt-oss and DeepSeek-V3 ops) throw "backend
 // cuda has no op X yet", so nothing silently falls back to the CPU. Not yet
 // selectable with --device cuda: the forward still reads logits and the
 // draft layer's hidden rows from Tensors on the host, and keeps each

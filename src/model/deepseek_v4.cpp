@@ -159,22 +159,9 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
     stats->sub_steps += 1;
     stats->weight_bytes += dense_bytes_;
   }
-  {
-    // The residual streams before hc_head of the rows a draft layer will read,
-    // straight into the caller's buffer.
-    int64_t first = 0;
-    std::vector<int64_t> rows;
-    for (const Part& p : parts) {
-      const SeqStep& s = *p.seq;
-      const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
-      if (s.hidden && j0 < j1) {
-        rows.clear();
-        for (int64_t j = j0; j < j1; ++j) rows.push_back(first + j - p.from);
-        be.gather_rows(streams, rows, Tensor{s.hidden + (j0 - s.hidden_first) * N * D, j1 - j0, N * D});
-      }
-      first += p.count;
-    }
-  }
+  // The residual streams before hc_head of the rows a draft layer will read,
+  // straight into the caller's buffer.
+  copy_hidden_rows(be, parts, streams, N * D);
   {
     int64_t first = 0;
     for (const Part& p : parts) {

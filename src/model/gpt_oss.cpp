@@ -199,21 +199,8 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
     stats->sub_steps += 1;
     stats->weight_bytes += dense_bytes_;
   }
-  {
-    // The residual stream before the final norm, for callers that want it.
-    int64_t first = 0;
-    std::vector<int64_t> rows;
-    for (const Part& p : parts) {
-      const SeqStep& s = *p.seq;
-      const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
-      if (s.hidden && j0 < j1) {
-        rows.clear();
-        for (int64_t j = j0; j < j1; ++j) rows.push_back(first + j - p.from);
-        be.gather_rows(x, rows, Tensor{s.hidden + (j0 - s.hidden_first) * D, j1 - j0, D});
-      }
-      first += p.count;
-    }
-  }
+  // The residual stream before the final norm, for callers that want it.
+  copy_hidden_rows(be, parts, x, D);
   {
     int64_t first = 0;
     for (const Part& p : parts) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/backend.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -53,6 +54,25 @@ StepTokens lay_out_step(std::span<const StepPart<State>> parts, int64_t vocab_si
     }
   }
   return out;
+}
+
+// Copies the sub-step's rows of `x` [T, width] that the batch entries asked
+// for (SeqStep::hidden from hidden_first on) straight into their buffers:
+// the residual stream a draft layer or a caller reads after the step.
+template <class State>
+void copy_hidden_rows(Backend& be, std::span<const StepPart<State>> parts, Tensor x, int64_t width) {
+  int64_t first = 0;
+  std::vector<int64_t> rows;
+  for (const StepPart<State>& p : parts) {
+    const SeqStep& s = *p.seq;
+    const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
+    if (s.hidden && j0 < j1) {
+      rows.clear();
+      for (int64_t j = j0; j < j1; ++j) rows.push_back(first + j - p.from);
+      be.gather_rows(x, rows, Tensor{s.hidden + (j0 - s.hidden_first) * width, j1 - j0, width});
+    }
+    first += p.count;
+  }
 }
 
 // The model-independent checks of entry `i` of `batch`, whose state is at

@@ -9,16 +9,13 @@
 // sampling did not stop at the tokenizer's range (SamplerConfig::vocab_limit).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/safetensors.h"
-#include "checkpoint/safetensors_writer.h"
+#include "support/regrown_vocab.h"
 #include "support/run_nibble.h"
 #include "support/temp_dir.h"
 
@@ -33,54 +30,21 @@ std::string tokenizer_dir() {
   return (std::filesystem::path(NIBBLE_BINARY).parent_path() / "gptoss-tokenizer").string();
 }
 
-uint16_t bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even
-}
-
 // The checkpoint: tiny_a's tensors, embed_tokens / lm_head regrown to kVocab
 // rows of seeded random BF16, config.json's vocabulary and markers those of
 // gpt-oss, the tokenizer files beside them.
 void write_full_vocab_model(const std::string& dir) {
-  SafetensorsFile src(tiny_dir() + "/model.safetensors");
-  std::ifstream cf(tiny_dir() + "/config.json");
-  nlohmann::json cfg = nlohmann::json::parse(cf);
-  const int64_t hidden = cfg.at("hidden_size").get<int64_t>();
-  cfg["vocab_size"] = kVocab;
-  cfg["eos_token_id"] = 200002;  // <|return|>
-  cfg["pad_token_id"] = 199999;
-  std::ofstream(dir + "/config.json") << cfg.dump(2);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
-    std::filesystem::copy_file(tokenizer_dir() + "/" + f, dir + "/" + f);
-
-  auto regrown = [&](const std::string& name) { return name == "model.embed_tokens.weight" || name == "lm_head.weight"; };
-  std::vector<TensorSpec> specs;
-  for (const TensorInfo& t : src.tensors()) {
-    TensorSpec s{t.name, t.dtype, t.shape};
-    if (regrown(t.name)) s.shape = {kVocab, hidden};
-    specs.push_back(s);
-  }
-  SafetensorsWriter w(dir + "/model.safetensors", specs);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<uint16_t> rows(size_t(kVocab * hidden));
-  for (const TensorSpec& s : specs) {
-    const TensorInfo* t = nullptr;
-    for (const TensorInfo& x : src.tensors())
-      if (x.name == s.name) t = &x;
-    if (!regrown(s.name)) {
-      w.write_tensor(s.name, t->data, t->nbytes);
-      continue;
-    }
-    const bool head = s.name == "lm_head.weight";
-    for (int64_t r = 0; r < kVocab; ++r) {
-      const float scale = head && r >= kTokenizerIds ? 1.0f : 0.02f;
-      for (int64_t c = 0; c < hidden; ++c) rows[size_t(r * hidden + c)] = bf16(scale * normal(rng));
-    }
-    w.write_tensor(s.name, rows.data(), rows.size() * 2);
-  }
-  w.finish();
+  test::RegrownVocab r;
+  r.fixture = tiny_dir();
+  r.tokenizer = tokenizer_dir();
+  r.tokenizer_files = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+  r.vocab = kVocab;
+  r.seed = 7;
+  r.row_scale = [](const std::string& name, int64_t row) {
+    return name == "lm_head.weight" && row >= kTokenizerIds ? 1.0f : 0.02f;
+  };
+  r.config = {{"eos_token_id", 200002} /* <|return|> */, {"pad_token_id", 199999}};
+  test::write_regrown_vocab_model(r, dir);
 }
 
 class GptOssText : public ::testing::Test {
