@@ -13,8 +13,9 @@ routed experts of 2048 top-8 with one shared expert, sigmoid scores with
 e_score_correction_bias, routed_scaling_factor 2.827, vocab 163840), with only
 `--layers` layers. Routed experts are compressed-tensors `pack-quantized` INT4
 (group 32, symmetric): `weight_packed` I32 [rows, cols/8], `weight_scale` BF16
-[rows, cols/32], `weight_shape` I32 [2]; everything else BF16 (the ignore list:
-lm_head, attention, shared experts, dense MLPs), the router bias F32.
+[rows, cols/32], `weight_shape` I64 [2] (compressed-tensors saves it as
+torch.int64); everything else BF16 (the ignore list: lm_head, attention,
+shared experts, dense MLPs), the router bias F32.
 
 Values are random with magnitudes that keep the forward finite and the routing
 spread: BF16 matrices Gaussian with RMS 1/sqrt(in); INT4 codes uniform over all
@@ -104,7 +105,7 @@ def linear(name, rows, cols):
 def int4(name, rows, cols):
     return [(name + ".weight_packed", "I32", [rows, cols // 8], ("codes",)),
             (name + ".weight_scale", "BF16", [rows, cols // GROUP], ("scale", cols)),
-            (name + ".weight_shape", "I32", [2], ("shape", rows, cols))]
+            (name + ".weight_shape", "I64", [2], ("shape", rows, cols))]
 
 
 def tensors(layers):
@@ -144,7 +145,7 @@ def fill(rng, dtype, shape, kind):
     if kind[0] == "codes":
         return rng.bytes(4 * n)
     if kind[0] == "shape":
-        return np.array(kind[1:], dtype="<i4").tobytes()
+        return np.array(kind[1:], dtype="<i8").tobytes()
     if kind[0] == "scale":
         s = (1.0 / (4.6 * np.sqrt(kind[1]))) * rng.uniform(0.75, 1.25, size=n)
         return s.astype(ml_dtypes.bfloat16).tobytes()
