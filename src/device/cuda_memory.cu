@@ -2,7 +2,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cuda_check.cuh"
+#include "device/cuda_check.cuh"
 #include "util/error.h"
 
 namespace nibble {

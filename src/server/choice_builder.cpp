@@ -16,7 +16,7 @@ json bytes_of(const std::string& s) {
 ChoiceBuilder::ChoiceBuilder(size_t index, ChoiceOptions options, TokenText token_text, TokenText token_bytes)
     : index_(index), opt_(std::move(options)), token_text_(std::move(token_text)), token_bytes_(std::move(token_bytes)),
       parser_(opt_.start == ReplyParser::Start::Content && opt_.thinking ? ReplyParser::Start::Reasoning : opt_.start,
-              opt_.forced_name) {
+              opt_.forced_name, opt_.whole) {
   if (opt_.chat) all_logprobs_ = json::array();
   else all_logprobs_ = {{"tokens", json::array()}, {"token_logprobs", json::array()},
                         {"top_logprobs", json::array()}, {"text_offset", json::array()}};

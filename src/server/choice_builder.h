@@ -30,6 +30,8 @@ struct ChoiceOptions {
   bool thinking = false;                    // the reply opens with reasoning
   ReplyParser::Start start = ReplyParser::Start::Content;
   std::string forced_name;                  // ReplyParser::Start::InInvoke
+  WholeReplyParse whole;                    // ReplyParser::Start::Reparsed: the chat format's parser
+  std::vector<int32_t> stop_tokens;         // the chat format's end-of-reply ids (Kimi's <|im_end|>)
   ToolChoice tool_choice = ToolChoice::Auto;
   bool parallel_tool_calls = true;
   bool logprobs = false;                    // render the updates' log-probabilities

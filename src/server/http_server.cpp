@@ -366,6 +366,7 @@ struct HttpServer::Impl {
     check_model(r.model);
     tl_log.prompt_tokens = int64_t(prompt.size());
     JobParams p = job_params(r, std::move(prompt));
+    p.stop_tokens = co.stop_tokens;
     auto jobs = scheduler().submit(std::move(p), r.n);
     const std::string id = request_id(chat ? "chatcmpl-" : "cmpl-");
     co.chat = chat;
@@ -391,12 +392,38 @@ struct HttpServer::Impl {
   // The chat prompt's ids in the model's chat format (tokenizer/chat_format.h).
   std::vector<int32_t> chat_prompt(const GenerationRequest& r, ChoiceOptions& co) {
     if (chat_format == ChatFormatKind::Harmony) return harmony_prompt(r, co);
-    // Kimi K2's and DeepSeek-V3's formats have no streaming reply parser
-    // here yet; refused rather than prompted in DeepSeek-V4's format.
-    if (chat_format != ChatFormatKind::DeepSeekV4)
-      bad_request("messages", "the model's chat format ", chat_format_name(chat_format),
-                  " is not served yet (`nibble chat` and `nibble run --chat` use it)");
+    if (chat_format == ChatFormatKind::Kimi || chat_format == ChatFormatKind::DeepSeekV3) return format_prompt(r, co);
     return engine().tokenize(dsv4_prompt(r, co), /*allow_special=*/true);
+  }
+
+  // Kimi K2 and DeepSeek-V3 / R1: the format's own rendering (tools in the
+  // first message, where Kimi's template collects them; V3's has none), the
+  // reply split by the format's parser as it streams. A forced tool_choice
+  // would need the call's opening written after the generation prompt,
+  // which these formats do not define: refused, naming the field.
+  std::vector<int32_t> format_prompt(const GenerationRequest& r, ChoiceOptions& co) {
+    if (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named)
+      bad_request("tool_choice", "the model's chat format ", chat_format_name(chat_format),
+                  " has no forced tool call; use \"auto\" or \"none\"");
+    std::vector<ChatMessage> messages = r.messages;
+    if (!r.tools.empty() && r.tool_choice != ToolChoice::None) messages.front().tools = r.tools;
+    ChatOptions o;
+    o.mode = r.thinking ? ThinkingMode::Thinking : ThinkingMode::Chat;
+    o.effort = r.effort;
+    std::shared_ptr<const ChatFormat> format = make_chat_format(chat_format, engine_tokenize());
+    std::vector<int32_t> ids;
+    try {
+      ids = format->encode(messages, o);
+    } catch (const Error& e) {
+      bad_request("messages", e.what());
+    }
+    co.thinking = format->reasons(o);
+    co.start = ReplyParser::Start::Reparsed;
+    co.whole = [format, o](std::string_view text) { return format->parse(text, o); };
+    co.stop_tokens = format->stop_tokens();
+    co.tool_choice = r.tools.empty() ? ToolChoice::None : r.tool_choice;
+    co.parallel_tool_calls = r.parallel_tool_calls;
+    return ids;
   }
 
   // gpt-oss: harmony's rendering, tools in the developer message. A named

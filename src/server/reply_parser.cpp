@@ -8,6 +8,7 @@
 #include "tokenizer/chat_harmony.h"
 
 #include "tokenizer/dsv4_markup.h"
+#include "util/error.h"
 
 namespace nibble::server {
 namespace {
@@ -59,7 +60,7 @@ int match(std::string_view s, std::string_view tag) {
 
 }  // namespace
 
-ReplyParser::ReplyParser(Start start, std::string forced_name) {
+ReplyParser::ReplyParser(Start start, std::string forced_name, WholeReplyParse whole) {
   switch (start) {
     case Start::Content: state_ = State::Content; break;
     case Start::Reasoning: state_ = State::Reasoning; break;
@@ -73,6 +74,11 @@ ReplyParser::ReplyParser(Start start, std::string forced_name) {
       harmony_ = std::make_unique<HarmonyReplyParser>(forced_name.empty() ? std::string()
                                                                           : harmony_forced_call_header(forced_name));
       break;
+    case Start::Reparsed:
+      if (!whole) throw Error("ReplyParser: Start::Reparsed needs the format's parser");
+      state_ = State::Content;
+      reparsed_ = std::make_unique<ReparsedReply>(std::move(whole));
+      break;
   }
 }
 
@@ -84,8 +90,17 @@ ReplyDelta ReplyParser::from_harmony(HarmonyDelta d) {
   return out;
 }
 
+ReplyDelta ReplyParser::from_parsed(ParsedCompletion d) {
+  ReplyDelta out;
+  out.reasoning = std::move(d.reasoning_content);
+  out.content = std::move(d.content);
+  for (ToolCall& c : d.tool_calls) out.tool_calls.push_back({calls_++, std::move(c.name), std::move(c.arguments)});
+  return out;
+}
+
 ReplyDelta ReplyParser::push(std::string_view text) {
   if (harmony_) return from_harmony(harmony_->push(text));
+  if (reparsed_) return from_parsed(reparsed_->push(text));
   ReplyDelta out;
   buf_ += text;
   run(out, false);
@@ -94,6 +109,7 @@ ReplyDelta ReplyParser::push(std::string_view text) {
 
 ReplyDelta ReplyParser::finish() {
   if (harmony_) return from_harmony(harmony_->finish());
+  if (reparsed_) return from_parsed(reparsed_->finish());
   ReplyDelta out;
   run(out, true);
   buf_.clear();  // an unfinished block (or text after one) is dropped

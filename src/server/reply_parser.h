@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/reparsed_reply.h"
 #include "tokenizer/harmony_reply.h"
 
 namespace nibble::server {
@@ -54,8 +55,10 @@ class ReplyParser {
   // "<｜DSML｜invoke name="NAME">\n" (a named tool_choice). Harmony: a
   // gpt-oss reply (tokenizer/harmony_reply.h) instead of DeepSeek's layout;
   // with a forced_name its prompt holds harmony_forced_call_header(NAME).
-  enum class Start { Content, Reasoning, InToolCalls, InInvoke, Harmony };
-  explicit ReplyParser(Start start = Start::Content, std::string forced_name = "");
+  // Reparsed: a format with a whole-text parser only (Kimi K2, DeepSeek-V3
+  // / R1), given as `whole` (server/reparsed_reply.h).
+  enum class Start { Content, Reasoning, InToolCalls, InInvoke, Harmony, Reparsed };
+  explicit ReplyParser(Start start = Start::Content, std::string forced_name = "", WholeReplyParse whole = {});
 
   ReplyDelta push(std::string_view text);
   // The end of generation: held-back text is released; an unfinished
@@ -63,11 +66,13 @@ class ReplyParser {
   ReplyDelta finish();
 
   size_t tool_calls() const { return calls_; }
-  bool broken() const { return state_ == State::Broken; }  // a block did not parse
+  bool broken() const { return reparsed_ ? reparsed_->broken() : state_ == State::Broken; }  // a block did not parse
   // Nothing more can be shown: the tool-call block closed (only the end of
   // the turn may follow) or broke. Generating on is wasted work.
   bool ended() const {
-    return harmony_ ? harmony_->ended() : state_ == State::AfterBlock || state_ == State::Broken;
+    if (harmony_) return harmony_->ended();
+    if (reparsed_) return reparsed_->ended();
+    return state_ == State::AfterBlock || state_ == State::Broken;
   }
 
  private:
@@ -83,6 +88,8 @@ class ReplyParser {
   size_t calls_ = 0;
   std::unique_ptr<HarmonyReplyParser> harmony_;  // Start::Harmony
   ReplyDelta from_harmony(HarmonyDelta d);
+  std::unique_ptr<ReparsedReply> reparsed_;      // Start::Reparsed
+  ReplyDelta from_parsed(ParsedCompletion d);
 };
 
 }  // namespace nibble::server

@@ -332,6 +332,8 @@ void Scheduler::on_token(Job& job, int32_t token, const float* logits) {
   if (job.generated_ == 1) job.first_token_ = now;
   job.last_token_ = now;
   if (std::find(eos_.begin(), eos_.end(), int64_t(token)) != eos_.end()) return finish(job, "stop");
+  const std::vector<int32_t>& stops = job.params.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) return finish(job, "stop");
   if (job.params.top_logprobs >= 0) {
     TokenLogprob lp = log_probs(logits, engine_.vocab_size(), token, job.params.top_logprobs);
     std::lock_guard<std::mutex> lock(job.mu_);

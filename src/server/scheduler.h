@@ -77,6 +77,7 @@ struct JobParams {
   int64_t max_tokens = 16;             // already capped to the context
   SamplingParams sampling;
   std::vector<std::string> stop;       // stop strings
+  std::vector<int32_t> stop_tokens;    // ids that end the reply besides the model's end-of-sequence ids
   int64_t top_logprobs = -1;           // >= 0: log-probabilities of the sampled and this many top tokens
 };
 

@@ -42,7 +42,7 @@ TEST(RopeGpu, MatchesRopeTable) {
           std::vector<float> want = x;
           for (int64_t t = 0; t < n; ++t)
             table.apply(want.data() + t * heads * width, heads, width, positions[size_t(t)], inverse);
-          const std::vector<float> got = cuda_rope_host(table, x, heads, width, positions, inverse);
+          const std::vector<float> got = cuda_rope_host(table.inv_freq(), table.attention_factor(), x, heads, width, positions, inverse);
           for (int64_t v = 0; v < n * heads; ++v)
             for (int64_t c = 0; c < width; ++c) {
               const size_t i = size_t(v * width + c);
@@ -61,7 +61,7 @@ TEST(RopeGpu, MatchesRopeTable) {
 
 TEST(RopeGpu, BadShapesAreClear) {
   const RopeTable table(RopeConfig{}, 64);
-  EXPECT_THROW(cuda_rope_host(table, std::vector<float>(10), 1, 64, {0}, false), Error);  // x is not [1, 64]
+  EXPECT_THROW(cuda_rope_host(table.inv_freq(), table.attention_factor(), std::vector<float>(10), 1, 64, {0}, false), Error);  // x is not [1, 64]
   EXPECT_THROW(cuda_rope(nullptr, 63, 1.0f, nullptr, 1, 1, 64, nullptr, false), Error);  // odd rope_dim
 }
 

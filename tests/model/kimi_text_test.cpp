@@ -1,15 +1,10 @@
-// `nibble run` and `nibble chat` on a tiny Kimi K2-layout checkpoint
-// (DeepseekV3ForCausalLM, compressed-tensors INT4 experts: fixture
-// dsv3/kimi_int4) with a tiktoken-format tokenizer (fixture tokenizer/kimi:
-// Kimi's first 20,000 ranks, its pre-tokenizer pattern and its special
-// tokens at 20,000 .. 20,255, as tools/gen_kimi_tokenizer.py wrote them).
-//
-// The fixture's 176-row embedding and head are regrown at test time to the
-// tokenizer's 20,256 ids (seeded random BF16, 7.8 MB: written, not
-// committed), and config.json's markers set to the tokenizer's [BOS] and
-// [EOS]. The oracles are the tokenizer fixtures': tiktoken's ids for plain
-// text (kimi_cases.json) and jinja2's rendering of Kimi-K2-Instruct's chat
-// template, tokenized by tiktoken (kimi_chat_cases.json).
+// `nibble run` and `nibble chat` on a tiny Kimi K2-layout checkpoint with a
+// tiktoken-format tokenizer (support/kimi_text_model.h: fixture
+// dsv3/kimi_int4's INT4 layers, embedding and head regrown to the Kimi
+// tokenizer fixture's 20,256 ids). The oracles are the tokenizer fixtures':
+// tiktoken's ids for plain text (kimi_cases.json) and jinja2's rendering of
+// Kimi-K2-Instruct's chat template, tokenized by tiktoken
+// (kimi_chat_cases.json).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,48 +12,29 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/regrown_vocab.h"
+#include "support/kimi_text_model.h"
 #include "support/run_nibble.h"
 #include "support/temp_dir.h"
 
 namespace nibble {
 namespace {
 
-constexpr int64_t kVocab = 20256;  // 20,000 ranks + 256 special ids
-constexpr int32_t kBos = 20000;    // [BOS]
-constexpr int32_t kEos = 20001;    // [EOS]
-constexpr int32_t kImEnd = 20002;  // <|im_end|>: ends a chat reply
+constexpr int64_t kVocab = test::kKimiVocab;
+constexpr int32_t kBos = test::kKimiBos;
+constexpr int32_t kImEnd = test::kKimiImEnd;
 
 std::filesystem::path source() { return std::filesystem::path(NIBBLE_SOURCE_DIR); }
-std::string model_fixture() { return (source() / "tests/fixtures/dsv3/kimi_int4").string(); }
-std::string tokenizer_fixture() { return (source() / "tests/fixtures/tokenizer/kimi").string(); }
 
 nlohmann::json read_json(const std::filesystem::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
 }
 
-// The checkpoint: kimi_int4's tensors with embed_tokens / lm_head regrown
-// to kVocab rows, the tokenizer files beside them. The head's rows are of
-// unit scale (the fixture's own are transformers' init, 0.02): spread
-// logits make greedy ties unlikely.
-void write_kimi_text_model(const std::string& dir) {
-  test::RegrownVocab r;
-  r.fixture = model_fixture();
-  r.tokenizer = tokenizer_fixture();
-  r.tokenizer_files = {"tiktoken.model", "tokenizer_config.json"};
-  r.vocab = kVocab;
-  r.seed = 11;
-  r.row_scale = [](const std::string& name, int64_t) { return name == "lm_head.weight" ? 1.0f : 0.02f; };
-  r.config = {{"bos_token_id", kBos}, {"eos_token_id", kEos}};
-  test::write_regrown_vocab_model(r, dir);
-}
-
 class KimiText : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    write_kimi_text_model(dir_->str());
+    test::write_kimi_text_model(dir_->str());
   }
   static void TearDownTestSuite() {
     delete dir_;

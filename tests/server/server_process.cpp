@@ -45,15 +45,16 @@ HttpReply reply_of(const httplib::Result& r) {
 
 }  // namespace
 
-ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
+std::string ServerProcess::shipped_model() { return std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny"; }
+
+ServerProcess::ServerProcess(const std::string& model_dir, const std::vector<std::string>& extra) {
   // A client write to a server that hung up must fail, not kill the test.
   signal(SIGPIPE, SIG_IGN);
   static int counter = 0;
   log_path_ = (std::filesystem::temp_directory_path() /
                ("nibble_serve_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log"))
                   .string();
-  std::vector<std::string> args = {NIBBLE_BINARY, "serve", std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny",
-                                   "--port", "0", "-t", "1"};
+  std::vector<std::string> args = {NIBBLE_BINARY, "serve", model_dir, "--port", "0", "-t", "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

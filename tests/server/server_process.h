@@ -19,7 +19,10 @@ class ServerProcess {
   // machine cost far more than they give on this tiny model); waits
   // (bounded) for it to listen, then polls /health until 200 (every status
   // seen is kept in health_seen()). Fails the test (throws) if it does not.
-  explicit ServerProcess(const std::vector<std::string>& extra = {});
+  explicit ServerProcess(const std::vector<std::string>& extra = {}) : ServerProcess(shipped_model(), extra) {}
+  // The same on the model in `model_dir`.
+  ServerProcess(const std::string& model_dir, const std::vector<std::string>& extra);
+  static std::string shipped_model();
   ~ServerProcess();
 
   int port() const { return port_; }

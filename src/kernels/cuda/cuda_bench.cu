@@ -13,7 +13,7 @@
 
 #include "device/cuda_device.h"
 #include "format/element.h"
-#include "kernels/cuda/cuda_check.cuh"
+#include "device/cuda_check.cuh"
 #include "kernels/cuda/linear_mma.h"
 #include "kernels/cuda/moe_router.h"
 #include "kernels/cuda/moe_w4a16.h"

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/cuda/cuda_check.cuh"
+#include "device/cuda_check.cuh"
 
 namespace nibble {
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "kernels/cuda/device_buffer.cuh"
-#include "model/deepseek_v4_rope.h"
 #include "util/error.h"
 
 namespace nibble {
@@ -47,14 +46,14 @@ void cuda_rope(const float* inv_freq, int64_t rope_dim, float attention_factor, 
   check(cudaGetLastError(), "kernel launch");
 }
 
-std::vector<float> cuda_rope_host(const RopeTable& table, std::vector<float> x, int64_t heads, int64_t width,
-                                  const std::vector<int64_t>& positions, bool inverse) {
+std::vector<float> cuda_rope_host(const std::vector<float>& inv_freq, float attention_factor, std::vector<float> x,
+                                  int64_t heads, int64_t width, const std::vector<int64_t>& positions, bool inverse) {
   const int64_t n = int64_t(positions.size());
   if (int64_t(x.size()) != n * heads * width)
     fail("cuda_rope_host: x must be [", n, ", ", heads, " x ", width, "]");
-  DeviceBuffer<float> df(table.inv_freq().size(), table.inv_freq().data()), dx(x.size(), x.data());
+  DeviceBuffer<float> df(inv_freq.size(), inv_freq.data()), dx(x.size(), x.data());
   DeviceBuffer<int64_t> dp(positions.size(), positions.data());
-  cuda_rope(df.p, table.rope_dim(), table.attention_factor(), dx.p, n, heads, width, dp.p, inverse);
+  cuda_rope(df.p, 2 * int64_t(inv_freq.size()), attention_factor, dx.p, n, heads, width, dp.p, inverse);
   return dx.download(x.size());
 }
 

@@ -14,8 +14,8 @@ namespace {
 void cuda_rope(const float*, int64_t, float, float*, int64_t, int64_t, int64_t, const int64_t*, bool, void*) {
   no_cuda();
 }
-std::vector<float> cuda_rope_host(const RopeTable&, std::vector<float>, int64_t, int64_t, const std::vector<int64_t>&,
-                                  bool) {
+std::vector<float> cuda_rope_host(const std::vector<float>&, float, std::vector<float>, int64_t, int64_t,
+                                  const std::vector<int64_t>&, bool) {
   no_cuda();
 }
 

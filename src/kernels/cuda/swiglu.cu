@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cuda/cuda_check.cuh"
+#include "device/cuda_check.cuh"
 #include "kernels/cuda/moe_w4a16.cuh"
 #include "util/error.h"
 
