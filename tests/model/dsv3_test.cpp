@@ -23,6 +23,7 @@
 #include "kernels/registry.h"
 #include "model/deepseek_v3.h"
 #include "model/deepseek_v3_attention.h"
+#include "support/batch_invariance.h"
 #include "support/run_nibble.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
@@ -201,44 +202,9 @@ TEST_P(Dsv3Hf, BatchedEqualsAloneBitwise) {
     LoadOptions opt = test::test_load_options(kernel);
     opt.max_chunk_tokens = 11;
     auto m = load_model(ddir(name), opt);
-    const int64_t V = m->vocab_size();
     std::vector<std::vector<int32_t>> seqs = exp.tokens;
     seqs.push_back(std::vector<int32_t>(exp.tokens[0].rbegin(), exp.tokens[0].rend()));
-    std::vector<std::vector<float>> alone;
-    for (const auto& s : seqs) {
-      auto st = m->new_state();
-      alone.emplace_back(s.size() * size_t(V));
-      m->forward(*st, s, alone.back().data(), true);
-    }
-    std::mt19937 rng(77);
-    std::vector<std::unique_ptr<ModelState>> states;
-    std::vector<std::vector<float>> got;
-    for (const auto& s : seqs) {
-      states.push_back(m->new_state());
-      got.emplace_back(s.size() * size_t(V));
-    }
-    for (;;) {
-      std::vector<SeqStep> batch;
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        const int64_t pos = states[i]->position(), n = int64_t(seqs[i].size());
-        if (pos == n || rng() % 3 == 0) continue;
-        const int64_t take = std::min<int64_t>(n - pos, 1 + int64_t(rng() % 9));
-        SeqStep s;
-        s.state = states[i].get();
-        s.tokens = std::span<const int32_t>(seqs[i].data() + pos, size_t(take));
-        s.rows = LogitRows::all;
-        s.logits = got[i].data() + pos * V;
-        s.id = int64_t(i);
-        batch.push_back(s);
-      }
-      std::shuffle(batch.begin(), batch.end(), rng);
-      bool done = true;
-      for (size_t i = 0; i < seqs.size(); ++i) done = done && states[i]->position() == int64_t(seqs[i].size());
-      if (done) break;
-      m->step(batch);
-    }
-    for (size_t i = 0; i < seqs.size(); ++i)
-      EXPECT_EQ(std::memcmp(got[i].data(), alone[i].data(), alone[i].size() * 4), 0) << "sequence " << i;
+    test::expect_random_batches_equal_alone(*m, seqs);
   }
 }
 
