@@ -1,5 +1,5 @@
-// Speculative decoding with the model's own draft layer (DeepSeek-V4's MTP,
-// docs/speculative.md). Each step:
+// Speculative decoding with the model's own draft layer (DeepSeek-V4's or
+// DeepSeek-V3's MTP, docs/speculative.md). Each step:
 //   1. drafts k tokens with the draft layer, chained: draft 1 reads the main
 //      model's residual state of the last fed position and the last sampled
 //      token; draft j + 1 reads the draft layer's own output state of draft j
@@ -97,7 +97,8 @@ int32_t rejection_sample(std::span<const std::pair<int32_t, double>> p, std::spa
 struct DraftTrack {
   std::unique_ptr<ModelState> state;         // the draft layer's own (Model::new_draft_state)
   // Main-model rows the draft layer has not read: consecutive positions,
-  // at most draft_context() of them (older rows fall outside its window).
+  // at most draft_context() of them (older rows fall outside its window; a
+  // full-attention layer reads them as they come: feed_pending_rows).
   std::vector<float> hidden;                 // [rows][hidden_width]
   std::vector<int32_t> next;                 // [rows - 1]: the token after each row but the last
   int64_t rows = 0;
