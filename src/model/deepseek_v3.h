@@ -99,11 +99,11 @@ class DeepseekV3Model : public Model {
   int64_t hidden_width() const override { return cfg_.hidden; }
   bool has_draft() const override { return !w_.mtp.empty(); }
   std::string draft_unavailable() const override;
-  // Full attention: the MTP layer reads every row it was fed, so a prompt's
-  // every row (the runtime feeds it all; docs/speculative.md).
+  // Full attention: the MTP layer reads every row it was fed, so it needs
+  // every row of a prompt (the runtime feeds them all; docs/speculative.md).
   int64_t draft_context() const override { return cfg_.max_position; }
-  std::unique_ptr<ModelState> new_draft_state() const override;           // deepseek_v3_mtp.cpp
-  void draft_step(std::span<const DraftStep> batch) const override;        // deepseek_v3_mtp.cpp
+  std::unique_ptr<ModelState> new_draft_state() const override;     // deepseek_v3_mtp.cpp
+  void draft_step(std::span<const DraftStep> batch) const override;  // deepseek_v3_mtp.cpp
 
  private:
   using Part = StepPart<DeepseekV3State>;
@@ -114,10 +114,10 @@ class DeepseekV3Model : public Model {
   void draft_forward_parts(std::span<const DraftPart> parts) const;  // deepseek_v3_mtp.cpp
   // Work buffers of one decoder layer over n rows, allocated once per sub-step.
   struct LayerScratch {
-    Tensor h, y, y2;          // [n, D] normed input, sublayer output, shared experts' output
-    Tensor q, qa;             // [n, H*(nope+rope)], [n, q_lora_rank] (empty without q_lora)
+    Tensor h, y, y2;            // [n, D] normed input, sublayer output, shared experts' output
+    Tensor q, qa;               // [n, H*(nope+rope)], [n, q_lora_rank] (empty without q_lora)
     Tensor kv, latent, k_rope;  // [n, C + r], [n, C], [n, r]
-    Tensor o;                 // [n, H*v]
+    Tensor o;                   // [n, H*v]
   };
   LayerScratch alloc_layer_scratch(int64_t n) const;
   // One decoder layer (MLA attention, then the dense MLP or the MoE with its

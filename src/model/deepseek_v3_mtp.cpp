@@ -116,12 +116,15 @@ void DeepseekV3Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   layer_forward(m.layer, scratch, positions, seqs, x, nullptr);
   for (const DraftPart& p : parts) p.st->position_ += p.count;
 
-  // hidden_out: the head's input shared_head.norm(x), normed in the caller's buffer.
-  for (size_t r = 0; r < hidden_rows.size(); ++r) {
-    const int64_t row[1] = {hidden_rows[r]};
-    const Tensor out{hidden_out[r], 1, D};
-    be.gather_rows(x, row, out);
-    be.rms_norm(out, m.head_norm.data(), cfg_.rms_eps, out);
+  // hidden_out: the head's input shared_head.norm(x), handed out with gather_rows.
+  if (!hidden_rows.empty()) {
+    Tensor normed = be.alloc(int64_t(hidden_rows.size()), D);
+    be.gather_rows(x, hidden_rows, normed);
+    be.rms_norm(normed, m.head_norm.data(), cfg_.rms_eps, normed);
+    for (size_t r = 0; r < hidden_rows.size(); ++r) {
+      const int64_t row[1] = {int64_t(r)};
+      be.gather_rows(normed, row, Tensor{hidden_out[r], 1, D});
+    }
   }
   head_rows(m.head_norm, m.head, x, logit_rows, logit_out);
 }
