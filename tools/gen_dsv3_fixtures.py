@@ -24,15 +24,32 @@ For every fixture below this script
              `weight_shape`), everything else BF16;
      plus, where num_nextn_predict_layers is 1, an MTP layer
      (model.layers.{num_hidden_layers}: enorm, hnorm, eh_proj, a decoder
-     layer, shared_head, embed_tokens) of random weights, which transformers
-     does not run (nibble binds and validates it);
+     layer, shared_head, embed_tokens) of random weights (transformers does
+     not run it: its oracle is step 7);
   4. loads exactly the DEQUANTIZED stored values into the HF model, so the
      oracle sees what a reader of the files computes with;
   5. runs HF on a few token sequences and writes little-endian f32
      [n_tokens][vocab] logits plus expected/manifest.json;
   6. checks the oracle is sound: HF's cached token-by-token decode equals its
      full forward, and every routing choice (group and expert) has a margin
-     far above f32 rounding.
+     far above f32 rounding;
+  7. for a fixture with an MTP layer, the MTP oracle (mtp_oracle below):
+     transformers has no DeepSeek-V3 MTP, so it is assembled from
+     transformers' own modules (DeepseekV3DecoderLayer, DeepseekV3RMSNorm,
+     the model's rotary embedding) loaded with the layer's weights, read back
+     from the committed model.safetensors and dequantized:
+         h_i    = the main model's last_hidden_state (after model.norm)
+         x_i    = eh_proj([enorm(embed_mtp(t_{i+1})) ; hnorm(h_i)])
+         x      = DeepseekV3DecoderLayer(x) over rows 0.., causal, row i at RoPE position i
+         logits = shared_head.head(shared_head.norm(x_i))
+     (DeepSeek-V3 report eq. 21-23 with the column order and hidden state of
+     vLLM's and SGLang's DeepSeek MTP; docs/deepseek_v3.md "The MTP layer").
+     It writes expected/mtp/: seq<i>.bin f32 [n - 1][vocab] (row i predicts
+     t_{i+2}) and chain<c>.bin f32 [k][vocab] (after a prefix of P tokens,
+     draft 1 reads h_{P-1} and t_P, draft j + 1 the layer's own
+     shared_head.norm output of draft j and draft j's argmax), with margins
+     checked: every MTP routing choice >= 1e-4, every chain argmax's top-2 gap
+     >= 1e-3 of the largest logit.
 
 It also writes the full-size DeepSeek-V3 (671B, FP8) and Kimi K2 Thinking
 (1T, INT4 experts) skeleton templates (tests/fixtures/dsv3/{deepseek_v3,
@@ -40,7 +57,8 @@ kimi_k2}_skeleton.json, expanded by src/checkpoint/skeleton.cpp into sparse
 shards for `explain`): the published config.json, tensor names, dtypes and
 shapes. Kimi's weight_shape tensors carry their values (detection reads them).
 
-Usage: /work/venv-torch/bin/python tools/gen_dsv3_fixtures.py [--skeletons-only]   (deterministic)
+Usage: /work/venv-torch/bin/python tools/gen_dsv3_fixtures.py [--skeletons-only | --mtp-only]   (deterministic)
+  --mtp-only: step 7 alone, from the committed fixtures (writes only expected/mtp/).
 """
 from __future__ import annotations
 
@@ -52,8 +70,9 @@ import sys
 import numpy as np
 import torch
 from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32, unpack_from_int32
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer, DeepseekV3RMSNorm
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import format_ref  # noqa: E402  (the FP8 block-128 reference quantizer)
@@ -79,7 +98,10 @@ FIXTURES = [
          n_group=2, topk_group=1, top_k=2, shared=2, scaling=1.5, norm_topk=False, mtp=1,
          rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 8.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                        "original_max_position_embeddings": 32, "type": "yarn"},
-         rope_theta=10000, max_pos=256, lengths=[29, 17, 5]),
+         rope_theta=10000, max_pos=256, lengths=[29, 17, 5],
+         # The MTP oracle (step 7): token sequence lengths and chains
+         # (sequence index, prefix P, drafts k).
+         mtp_lengths=[70, 33, 6], mtp_chains=[(0, 41, 4), (1, 12, 3), (2, 5, 2)]),
     # Kimi K2: model_type kimi_k2, one group (n_group 1), INT4 routed experts
     # (hidden and moe_intermediate_size multiples of the group of 32), its
     # YaRN (beta_fast = beta_slow = 1: a zero-width ramp).
@@ -281,6 +303,36 @@ def load_back(model, deq, fx):
     return missing
 
 
+def hf_config(cfg):
+    """transformers' DeepseekV3Config read from a published config.json dict (fp32, eager attention)."""
+    hf_dict = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    hf_cfg = DeepseekV3Config(**{k: v for k, v in hf_dict.items() if k not in ("architectures", "model_type")})
+    hf_cfg._attn_implementation = "eager"
+    return hf_cfg
+
+
+def routing_margin_hook(margins):
+    """A forward hook for a DeepseekV3TopkRouter (mlp.gate) that appends the
+    smallest margin of its group and expert choices, recomputed as HF selects."""
+    def hook(mod, inp, out):
+        logits = out[0].detach().float()
+        scores = logits.sigmoid() + mod.e_score_correction_bias
+        G, E = mod.num_group, mod.num_experts
+        gs = scores.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
+        if mod.topk_group < G:
+            top = gs.topk(mod.topk_group + 1, dim=-1).values
+            margins.append(float((top[:, -2] - top[:, -1]).min()))
+        gidx = gs.topk(mod.topk_group, dim=-1).indices
+        mask = torch.zeros_like(gs).scatter_(1, gidx, 1).bool()
+        masked = scores.masked_fill(~mask.repeat_interleave(E // G, dim=1), float("-inf"))
+        top = masked.topk(mod.top_k + 1, dim=-1).values if mod.top_k < E else None
+        if top is not None:
+            fin = torch.isfinite(top[:, -1])
+            if fin.any():
+                margins.append(float((top[fin, -2] - top[fin, -1]).min()))
+    return hook
+
+
 def build(fx):
     name = fx["name"]
     folder = ROOT / name
@@ -289,10 +341,7 @@ def build(fx):
     (folder / "expected").mkdir(parents=True)
     cfg = published_config(fx)
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    hf_dict = {k: v for k, v in cfg.items() if k != "quantization_config"}
-    hf_dict["model_type"] = "deepseek_v3"
-    hf_cfg = DeepseekV3Config(**{k: v for k, v in hf_dict.items() if k not in ("architectures", "model_type")})
-    hf_cfg._attn_implementation = "eager"
+    hf_cfg = hf_config(cfg)
     rp = hf_cfg.rope_parameters
     assert rp["rope_type"] == "yarn" and rp["factor"] == fx["rope_scaling"]["factor"], rp
     assert rp["mscale"] == fx["rope_scaling"]["mscale"] and rp["mscale_all_dim"] == fx["rope_scaling"]["mscale_all_dim"], rp
@@ -311,24 +360,7 @@ def build(fx):
 
     # Routing margins: every router's logits, recomputed as HF selects.
     margins = []
-
-    def hook(mod, inp, out):
-        logits = out[0].detach().float()
-        scores = logits.sigmoid() + mod.e_score_correction_bias
-        G, E = mod.num_group, mod.num_experts
-        gs = scores.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
-        if mod.topk_group < G:
-            top = gs.topk(mod.topk_group + 1, dim=-1).values
-            margins.append(float((top[:, -2] - top[:, -1]).min()))
-        gidx = gs.topk(mod.topk_group, dim=-1).indices
-        mask = torch.zeros_like(gs).scatter_(1, gidx, 1).bool()
-        masked = scores.masked_fill(~mask.repeat_interleave(E // G, dim=1), float("-inf"))
-        top = masked.topk(mod.top_k + 1, dim=-1).values if mod.top_k < E else None
-        if top is not None:
-            fin = torch.isfinite(top[:, -1])
-            if fin.any():
-                margins.append(float((top[fin, -2] - top[fin, -1]).min()))
-
+    hook = routing_margin_hook(margins)
     handles = [m.mlp.gate.register_forward_hook(hook) for m in model.model.layers if hasattr(m.mlp, "gate")]
     rng = np.random.default_rng(fx["seed"])
     entries = []
@@ -388,6 +420,158 @@ def build(fx):
     print(f"{name}: {len(stored)} tensors, {size / 1e3:.0f} kB, min routing margin {min_margin:.3g}, "
           f"HF incremental err {err:.2g}, scale {manifest['softmax_scale']:.6f}, "
           f"attention_factor {manifest['attention_factor']:.6f}")
+
+
+# ---- the MTP oracle (step 7) ----
+
+def read_dequantized(folder):
+    """{published name: fp32 tensor} of a fixture's model.safetensors, dequantized as nibble reads it."""
+    st = load_file(str(folder / "model.safetensors"))
+    deq = {}
+    for name, t in st.items():
+        if name.endswith((".weight_scale_inv", ".weight_scale", ".weight_shape")):
+            continue
+        if name.endswith(".weight_packed"):
+            base = name[: -len(".weight_packed")]
+            rows, cols = (int(x) for x in st[base + ".weight_shape"])
+            q = unpack_from_int32(t, 4, torch.Size([rows, cols])).float()
+            scale = st[base + ".weight_scale"].float()
+            deq[base + ".weight"] = (q.reshape(rows, cols // GROUP, GROUP) * scale[..., None]).reshape(rows, cols)
+        elif t.dtype == torch.float8_e4m3fn:
+            scales = st[name[: -len(".weight")] + ".weight_scale_inv"].numpy()
+            d = format_ref.fp8_block_dequantize(t.view(torch.uint8).numpy(), scales, "f32")
+            deq[name] = torch.from_numpy(np.asarray(d, np.float32))
+        else:
+            deq[name] = t.float()
+    return deq
+
+
+def load_layer(layer, deq, prefix):
+    """A transformers decoder layer loaded with the published tensors under `prefix` (experts re-stacked)."""
+    sd = layer.state_dict()
+    new = {}
+    for name in sd:
+        if name.endswith("mlp.experts.gate_up_proj"):
+            base = prefix + name[: -len("gate_up_proj")]
+            new[name] = torch.stack([torch.cat([deq[f"{base}{e}.gate_proj.weight"], deq[f"{base}{e}.up_proj.weight"]])
+                                     for e in range(sd[name].shape[0])])
+        elif name.endswith("mlp.experts.down_proj"):
+            base = prefix + name[: -len("down_proj")]
+            new[name] = torch.stack([deq[f"{base}{e}.down_proj.weight"] for e in range(sd[name].shape[0])])
+        else:
+            new[name] = deq[prefix + name]
+    layer.load_state_dict(new, strict=True)
+
+
+def top_gap(logits):
+    top = torch.topk(logits, 2).values
+    return float((top[0] - top[1]) / logits.abs().max())
+
+
+def mtp_oracle(fx):
+    """expected/mtp/ of a fixture with an MTP layer, from its committed files (header, step 7)."""
+    name = fx["name"]
+    folder = ROOT / name
+    cfg = json.loads((folder / "config.json").read_text())
+    hf_cfg = hf_config(cfg)
+    deq = read_dequantized(folder)
+    torch.manual_seed(0)  # the modules' init is overwritten below; seeded only to be deterministic
+    model = DeepseekV3ForCausalLM(hf_cfg).float().eval()
+    load_back(model, deq, fx)
+    D, L, eps = fx["hidden"], fx["layers"], hf_cfg.rms_norm_eps
+    p = f"model.layers.{L}."
+    layer = DeepseekV3DecoderLayer(hf_cfg, layer_idx=L).float().eval()  # layer_idx >= first_k_dense: the MoE
+    load_layer(layer, deq, p)
+    norms = {}
+    for key in ("enorm", "hnorm", "shared_head.norm"):
+        norms[key] = DeepseekV3RMSNorm(D, eps=eps).float().eval()
+        norms[key].weight.data.copy_(deq[p + key + ".weight"])
+    # The layer's own embedding and head as stored (DeepSeek-V3 publishes
+    # copies of the main model's); the main model's where a checkpoint has none.
+    embed = deq.get(p + "embed_tokens.weight", deq["model.embed_tokens.weight"])
+    head = deq.get(p + "shared_head.head.weight", deq["lm_head.weight"])
+    eh = deq[p + "eh_proj.weight"]  # [D, 2D]
+    margins = []
+    hook = layer.mlp.gate.register_forward_hook(routing_margin_hook(margins))
+
+    def main_hidden(toks):
+        """The main model's last_hidden_state (after model.norm, lm_head's input) [n, D]."""
+        out = model.model(torch.tensor([toks]), use_cache=False)
+        h = out.last_hidden_state[0].float()
+        ref = model(torch.tensor([toks]), use_cache=False).logits[0].float()
+        assert float((model.lm_head(h) - ref).abs().max() / ref.abs().max()) < 1e-6, "last_hidden_state is lm_head's input"
+        return h
+
+    def mtp_rows(hidden, next_ids):
+        """hidden [T, D] (row i: the hidden of position i), next_ids [T] (the token at i + 1) ->
+        (shared_head.norm output [T, D], logits [T, V]), row i at RoPE position i, causal over the rows."""
+        T = hidden.shape[0]
+        e = norms["enorm"](embed[torch.tensor(next_ids)])
+        x = (torch.cat([e, norms["hnorm"](hidden)], dim=-1) @ eh.T)[None]
+        pos = torch.arange(T)[None]
+        mask = torch.full((T, T), float("-inf")).triu(1)[None, None]
+        out = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=model.model.rotary_emb(x, pos),
+                    use_cache=False)
+        out = out[0] if isinstance(out, tuple) else out
+        y = norms["shared_head.norm"](out[0])
+        return y, y @ head.T
+
+    out_dir = folder / "expected" / "mtp"
+    for attempt in range(20):
+        margins.clear()
+        rng = np.random.default_rng(fx["seed"] + 1000 + attempt)
+        seqs = [[int(x) for x in rng.integers(2, fx["vocab"], size=n)] for n in fx["mtp_lengths"]]
+        results, entries, chain_entries = {}, [], []
+        min_gap = float("inf")
+        with torch.no_grad():
+            for i, toks in enumerate(seqs):
+                _, logits = mtp_rows(main_hidden(toks)[:-1], toks[1:])
+                results[f"seq{i}.bin"] = logits
+                entries.append({"tokens": toks, "logits": f"seq{i}.bin", "max_abs_logit": float(logits.abs().max())})
+                # Row by row over a growing prefix equals the whole: causal, as the cache reads it.
+                part, _ = mtp_rows(main_hidden(toks)[: len(toks) // 2], toks[1: len(toks) // 2 + 1])
+                whole, _ = mtp_rows(main_hidden(toks)[:-1], toks[1:])
+                assert float((part - whole[: part.shape[0]]).abs().max()) < 1e-5, "the MTP rows are causal"
+            for c, (si, P, k) in enumerate(fx["mtp_chains"]):
+                toks = seqs[si]
+                assert P < len(toks)
+                rows_h = list(main_hidden(toks[:P]))
+                rows_t = toks[1: P + 1]
+                chain, drafts = [], []
+                for _ in range(k):
+                    y, logits = mtp_rows(torch.stack(rows_h), rows_t)
+                    last = logits[-1]
+                    chain.append(last)
+                    min_gap = min(min_gap, top_gap(last))
+                    d = int(torch.argmax(last))
+                    drafts.append(d)
+                    rows_h.append(y[-1])  # draft j + 1 reads draft j's own head input
+                    rows_t = rows_t + [d]
+                results[f"chain{c}.bin"] = torch.stack(chain)
+                chain_entries.append({"sequence": si, "prefix": P, "drafts": drafts, "logits": f"chain{c}.bin"})
+        min_margin = min(margins)
+        if min_margin >= 1e-4 and min_gap >= 1e-3:
+            break
+        print(f"{name}: MTP oracle attempt {attempt}: routing margin {min_margin:.3g}, chain gap {min_gap:.3g}; "
+              "next seed", flush=True)
+    else:
+        raise RuntimeError(f"{name}: no token draw gave safe MTP margins")
+    hook.remove()
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    for fname, t in results.items():
+        t.float().numpy().astype("<f4").tofile(out_dir / fname)
+    manifest = {
+        "fixture": name, "vocab_size": fx["vocab"], "sequences": entries, "chains": chain_entries,
+        "checks": {"min_mtp_routing_margin": min_margin, "min_chain_rel_top2_gap": min_gap, "token_seed": attempt},
+        "rows": "row i: hidden of main position i (model.norm output) and token i + 1 at RoPE position i, "
+                "predicting token i + 2; chains: draft j + 1 reads draft j's shared_head.norm output",
+        "logits_format": "little-endian f32 [rows][vocab_size]",
+    }
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"{name}: MTP oracle, {len(entries)} sequences, {len(chain_entries)} chains, routing margin "
+          f"{min_margin:.3g}, chain gap {min_gap:.3g}")
 
 
 # ---- full-size skeleton templates (src/checkpoint/skeleton.cpp expands them) ----
@@ -528,9 +712,16 @@ def skeleton(which):
 
 
 def main():
+    if "--mtp-only" in sys.argv:
+        for fx in FIXTURES:
+            if fx["mtp"]:
+                mtp_oracle(fx)
+        return
     if "--skeletons-only" not in sys.argv:
         for fx in FIXTURES:
             build(fx)
+            if fx["mtp"]:
+                mtp_oracle(fx)
     ROOT.mkdir(parents=True, exist_ok=True)
     for which in ("deepseek_v3", "kimi_k2"):
         skeleton(which)

@@ -32,12 +32,9 @@ namespace {
 std::string speculation_why(const Plan& plan) {
   if (plan.mtp_params == 0)
     return "The checkpoint has no MTP layer (mtp.* tensors), so it cannot: a draft needs one.";
-  if (plan.architecture == "DeepseekV3ForCausalLM")
-    return std::string("The checkpoint has an MTP layer (") + human_count(double(plan.mtp_params)) +
-           " parameters, model.layers.{num_hidden_layers}); it is loaded and validated, but nibble does not run "
-           "DeepSeek-V3's MTP layer as a draft yet.";
+  const bool v3 = plan.architecture == "DeepseekV3ForCausalLM";
   return std::string("The checkpoint has an MTP layer (") + human_count(double(plan.mtp_params)) +
-         " parameters), but " + kDefaultDraftWhy +
+         (v3 ? " parameters, model.layers.{num_hidden_layers}" : " parameters") + "), but " + kDefaultDraftWhy +
          " `nibble bench decode --spec-draft-tokens K` measures it here; GenerationParams::draft_tokens turns it on.";
 }
 

@@ -114,6 +114,8 @@ class Backend {
   // ---- DeepSeek-V3 ops (model/deepseek_v3*.h) ----
   // out = columns [c0, c0 + out.cols) of x (splitting a fused projection).
   virtual void copy_cols(Tensor x, int64_t c0, Tensor out) { (void)x, (void)c0, (void)out, missing("copy_cols", "DeepSeek-V3"); }
+  // Columns [c0, c0 + x.cols) of out = x (building a concatenation: the MTP layer's eh_proj input).
+  virtual void paste_cols(Tensor x, int64_t c0, Tensor out) { (void)x, (void)c0, (void)out, missing("paste_cols", "DeepSeek-V3"); }
   // out = silu(gate) * up elementwise (the SwiGLU of a dense MLP); out may alias gate.
   virtual void silu_mul(Tensor gate, Tensor up, Tensor out) { (void)gate, (void)up, (void)out, missing("silu_mul", "DeepSeek-V3"); }
   // One sequence's latent attention (deepseek_v3_attention.h): appends its

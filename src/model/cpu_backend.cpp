@@ -112,6 +112,13 @@ void CpuBackend::copy_cols(Tensor x, int64_t c0, Tensor out) {
   for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r) + c0, x.row(r) + c0 + out.cols, out.row(r));
 }
 
+void CpuBackend::paste_cols(Tensor x, int64_t c0, Tensor out) {
+  if (x.rows != out.rows || c0 < 0 || c0 + x.cols > out.cols)
+    fail("paste_cols: [", x.rows, ", ", x.cols, "] into columns [", c0, ", ", c0 + x.cols, ") of [", out.rows, ", ",
+         out.cols, "]");
+  for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r), x.row(r) + x.cols, out.row(r) + c0);
+}
+
 void CpuBackend::silu_mul(Tensor gate, Tensor up, Tensor out) {
   if (gate.rows != up.rows || gate.cols != up.cols || out.rows != gate.rows || out.cols != gate.cols)
     fail("silu_mul: [", gate.rows, ", ", gate.cols, "] * [", up.rows, ", ", up.cols, "] -> [", out.rows, ", ",

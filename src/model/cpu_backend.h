@@ -49,6 +49,7 @@ class CpuBackend : public Backend {
                   Tensor o) override;
 
   void copy_cols(Tensor x, int64_t c0, Tensor out) override;
+  void paste_cols(Tensor x, int64_t c0, Tensor out) override;
   void silu_mul(Tensor gate, Tensor up, Tensor out) override;
   void mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent, Tensor k_rope,
                   Tensor o) override;

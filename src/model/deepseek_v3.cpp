@@ -64,10 +64,20 @@ DeepseekV3State& DeepseekV3Model::state_of(const ModelState& s, int64_t id) cons
 }
 
 std::unique_ptr<ModelState> DeepseekV3Model::fork(const ModelState& state) const {
+  if (DeepseekV3DraftState* d = draft_state_of(state)) return std::make_unique<DeepseekV3DraftState>(*d);
   return std::make_unique<DeepseekV3State>(state_of(state, -1));
 }
 
 void DeepseekV3Model::truncate(ModelState& state, int64_t position) const {
+  if (DeepseekV3DraftState* d = draft_state_of(state)) {
+    if (position < 0 || position > d->position_)
+      fail("truncate the MTP draft state to position ", position, ": it holds ", d->position_, " rows (valid: 0 .. ",
+           d->position_, ")");
+    d->cache_.latent.resize(size_t(position * cfg_.kv_lora_rank));
+    d->cache_.k_rope.resize(size_t(position * cfg_.qk_rope));
+    d->position_ = position;
+    return;
+  }
   DeepseekV3State& st = state_of(state, -1);
   if (position < 0 || position > st.position_)
     fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
@@ -81,12 +91,8 @@ void DeepseekV3Model::truncate(ModelState& state, int64_t position) const {
 
 std::string DeepseekV3Model::draft_unavailable() const {
   if (cfg_.n_mtp_layers == 0) return "the checkpoint has no multi-token-prediction layer (num_nextn_predict_layers 0)";
-  return "DeepSeek-V3's MTP layer is loaded and validated, but speculative decoding with it is not implemented";
+  return "";
 }
-
-std::unique_ptr<ModelState> DeepseekV3Model::new_draft_state() const { fail("DeepSeek-V3: ", draft_unavailable()); }
-
-void DeepseekV3Model::draft_step(std::span<const DraftStep>) const { fail("DeepSeek-V3: ", draft_unavailable()); }
 
 void DeepseekV3Model::step(std::span<const SeqStep> batch, StepStats* stats) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -115,10 +121,110 @@ void DeepseekV3Model::run_mlp(const Dsv3Mlp& m, Tensor h, Tensor y) const {
   be.release_to(mark);
 }
 
+DeepseekV3Model::LayerScratch DeepseekV3Model::alloc_layer_scratch(int64_t n) const {
+  Backend& be = *backend_;
+  const int64_t D = cfg_.hidden, H = cfg_.n_heads, C = cfg_.kv_lora_rank, R = cfg_.qk_rope;
+  LayerScratch s;
+  s.h = be.alloc(n, D);
+  s.y = be.alloc(n, D);
+  s.y2 = be.alloc(n, D);
+  s.q = be.alloc(n, H * mla_.q_width());
+  s.qa = cfg_.q_lora_rank > 0 ? be.alloc(n, cfg_.q_lora_rank) : Tensor{};
+  s.kv = be.alloc(n, C + R);
+  s.latent = be.alloc(n, C);
+  s.k_rope = be.alloc(n, R);
+  s.o = be.alloc(n, H * cfg_.v_head_dim);
+  return s;
+}
+
+void DeepseekV3Model::layer_forward(const Dsv3LayerWeights& w, const LayerScratch& s,
+                                    std::span<const int64_t> positions, std::span<const MlaSeq> seqs, Tensor x,
+                                    StepStats* stats) const {
+  const int64_t H = cfg_.n_heads, C = cfg_.kv_lora_rank;
+  Backend& be = *backend_;
+  const Dsv3Attention& a = w.attn;
+  {
+    PhaseTimer _(be.profile(), Phase::norm);
+    be.rms_norm(x, w.attn_norm.data(), cfg_.rms_eps, s.h);
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::attention);
+    {
+      PhaseTimer _l(be.profile(), Phase::attn_linear);
+      if (cfg_.q_lora_rank > 0) {
+        be.linear(a.q_a, s.h, s.qa);
+        be.rms_norm(s.qa, a.q_a_norm.data(), cfg_.rms_eps, s.qa);
+        be.linear(a.q_b, s.qa, s.q);
+      } else {
+        be.linear(a.q, s.h, s.q);
+      }
+      be.linear(a.kv_a, s.h, s.kv);
+    }
+    be.copy_cols(s.kv, 0, s.latent);
+    be.copy_cols(s.kv, C, s.k_rope);
+    be.rms_norm(s.latent, a.kv_a_norm.data(), cfg_.rms_eps, s.latent);
+    be.rope(rope_, s.q, H, positions, false);  // the trailing qk_rope channels of each head
+    be.rope(rope_, s.k_rope, 1, positions, false);
+    {
+      PhaseTimer _c(be.profile(), Phase::attn_core);
+      int64_t first = 0;
+      for (const MlaSeq& seq : seqs) {
+        be.mla_attend(mla_, a.kv_b.data(), seq, s.q.slice(first, seq.count), s.latent.slice(first, seq.count),
+                      s.k_rope.slice(first, seq.count), s.o.slice(first, seq.count));
+        first += seq.count;
+      }
+    }
+    {
+      PhaseTimer _l(be.profile(), Phase::attn_linear);
+      be.linear(a.o, s.o, s.y);
+    }
+    be.add_to_streams(s.y, x);  // x += y
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::norm);
+    be.rms_norm(x, w.ffn_norm.data(), cfg_.rms_eps, s.h);
+  }
+  PhaseTimer _(be.profile(), Phase::moe);
+  if (w.dense) {
+    run_mlp(w.mlp, s.h, s.y);
+    be.add_to_streams(s.y, x);
+    return;
+  }
+  if (stats) {
+    const int64_t distinct = count_distinct(w, s.h.data, s.h.rows);
+    stats->distinct_experts += distinct;
+    stats->weight_bytes += uint64_t(distinct) * expert_bytes_;
+  }
+  be.moe_layer(w.moe, w.moe_fn, s.h, s.y);
+  // HF: experts(h) + shared_experts(h), then the residual add.
+  if (w.has_shared) {
+    run_mlp(w.shared, s.h, s.y2);
+    be.add_to_streams(s.y2, s.y);
+  }
+  be.add_to_streams(s.y, x);
+}
+
+void DeepseekV3Model::head_rows(const std::vector<float>& norm, const BoundLinear& head, Tensor x,
+                                std::span<const int64_t> rows, std::span<float* const> out) const {
+  if (rows.empty()) return;
+  Backend& be = *backend_;
+  const int64_t n = int64_t(rows.size()), V = cfg_.vocab_size;
+  Tensor picked = be.alloc(n, cfg_.hidden), logits = be.alloc(n, V);
+  be.gather_rows(x, rows, picked);
+  {
+    PhaseTimer _(be.profile(), Phase::norm);
+    be.rms_norm(picked, norm.data(), cfg_.rms_eps, picked);
+  }
+  {
+    PhaseTimer _(be.profile(), Phase::head);
+    be.linear(head, picked, logits);
+  }
+  for (int64_t r = 0; r < n; ++r) std::copy(logits.row(r), logits.row(r) + V, out[size_t(r)]);
+}
+
 void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
-  const int64_t D = cfg_.hidden, V = cfg_.vocab_size, H = cfg_.n_heads, C = cfg_.kv_lora_rank, R = cfg_.qk_rope;
+  const int64_t D = cfg_.hidden, V = cfg_.vocab_size;
   StepTokens lay = lay_out_step(parts, V);
-  const std::vector<int64_t>& positions = lay.positions;
   const int64_t n = int64_t(lay.ids.size());
   Backend& be = *backend_;
   if (profile_) profile_->begin_step(lay.decode, n);
@@ -129,96 +235,46 @@ void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stat
     PhaseTimer _(be.profile(), Phase::embed);
     be.embed(w_.embed, lay.ids, 1, x);
   }
-  Tensor h = be.alloc(n, D), y = be.alloc(n, D), y2 = be.alloc(n, D);
-  Tensor q = be.alloc(n, H * mla_.q_width()), kv = be.alloc(n, C + R);
-  Tensor latent = be.alloc(n, C), k_rope = be.alloc(n, R), o = be.alloc(n, H * cfg_.v_head_dim);
-  Tensor qa = cfg_.q_lora_rank > 0 ? be.alloc(n, cfg_.q_lora_rank) : Tensor{};
+  const LayerScratch scratch = alloc_layer_scratch(n);
+  std::vector<MlaSeq> seqs(parts.size());
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-    const Dsv3LayerWeights& w = w_.layers[size_t(l)];
-    const Dsv3Attention& a = w.attn;
-    {
-      PhaseTimer _(be.profile(), Phase::norm);
-      be.rms_norm(x, w.attn_norm.data(), cfg_.rms_eps, h);
-    }
-    {
-      PhaseTimer _(be.profile(), Phase::attention);
-      {
-        PhaseTimer _l(be.profile(), Phase::attn_linear);
-        if (cfg_.q_lora_rank > 0) {
-          be.linear(a.q_a, h, qa);
-          be.rms_norm(qa, a.q_a_norm.data(), cfg_.rms_eps, qa);
-          be.linear(a.q_b, qa, q);
-        } else {
-          be.linear(a.q, h, q);
-        }
-        be.linear(a.kv_a, h, kv);
-      }
-      be.copy_cols(kv, 0, latent);
-      be.copy_cols(kv, C, k_rope);
-      be.rms_norm(latent, a.kv_a_norm.data(), cfg_.rms_eps, latent);
-      be.rope(rope_, q, H, positions, false);  // the trailing qk_rope channels of each head
-      be.rope(rope_, k_rope, 1, positions, false);
-      {
-        PhaseTimer _c(be.profile(), Phase::attn_core);
-        int64_t first = 0;
-        for (const Part& p : parts) {
-          const MlaSeq seq{&p.st->layers_[size_t(l)], p.count, p.st->position_};
-          be.mla_attend(mla_, a.kv_b.data(), seq, q.slice(first, p.count), latent.slice(first, p.count),
-                        k_rope.slice(first, p.count), o.slice(first, p.count));
-          first += p.count;
-        }
-      }
-      {
-        PhaseTimer _l(be.profile(), Phase::attn_linear);
-        be.linear(a.o, o, y);
-      }
-      be.add_to_streams(y, x);  // x += y
-    }
-    {
-      PhaseTimer _(be.profile(), Phase::norm);
-      be.rms_norm(x, w.ffn_norm.data(), cfg_.rms_eps, h);
-    }
-    PhaseTimer _(be.profile(), Phase::moe);
-    if (w.dense) {
-      run_mlp(w.mlp, h, y);
-      be.add_to_streams(y, x);
-      continue;
-    }
-    if (stats) {
-      const int64_t distinct = count_distinct(w, h.data, n);
-      stats->distinct_experts += distinct;
-      stats->weight_bytes += uint64_t(distinct) * expert_bytes_;
-    }
-    be.moe_layer(w.moe, w.moe_fn, h, y);
-    // HF: experts(h) + shared_experts(h), then the residual add.
-    if (w.has_shared) {
-      run_mlp(w.shared, h, y2);
-      be.add_to_streams(y2, y);
-    }
-    be.add_to_streams(y, x);
+    for (size_t i = 0; i < parts.size(); ++i)
+      seqs[i] = MlaSeq{&parts[i].st->layers_[size_t(l)], parts[i].count, parts[i].st->position_};
+    layer_forward(w_.layers[size_t(l)], scratch, lay.positions, seqs, x, stats);
   }
   if (stats) {
     stats->tokens += n;
     stats->sub_steps += 1;
     stats->weight_bytes += dense_bytes_;
   }
-  // The residual stream before the final norm, for callers that want it.
-  copy_hidden_rows(be, parts, x, D);
+  {
+    // The rows the MTP layer reads: the final norm's output (lm_head's
+    // input), normed in the backend's memory, then handed out with
+    // gather_rows like the logits.
+    int64_t first = 0;
+    std::vector<int64_t> rows, identity;
+    for (const Part& p : parts) {
+      const SeqStep& s = *p.seq;
+      const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
+      if (s.hidden && j0 < j1) {
+        rows.clear();
+        identity.clear();
+        for (int64_t j = j0; j < j1; ++j) {
+          rows.push_back(first + j - p.from);
+          identity.push_back(j - j0);
+        }
+        const size_t mark = be.mark();
+        Tensor normed = be.alloc(j1 - j0, D);
+        be.gather_rows(x, rows, normed);
+        be.rms_norm(normed, w_.norm.data(), cfg_.rms_eps, normed);
+        be.gather_rows(normed, identity, Tensor{s.hidden + (j0 - s.hidden_first) * D, j1 - j0, D});
+        be.release_to(mark);
+      }
+      first += p.count;
+    }
+  }
   for (const Part& p : parts) p.st->position_ += p.count;
-  if (lay.logit_rows.empty()) return;
-
-  const int64_t rows = int64_t(lay.logit_rows.size());
-  Tensor picked = be.alloc(rows, D), logits = be.alloc(rows, V);
-  be.gather_rows(x, lay.logit_rows, picked);
-  {
-    PhaseTimer _(be.profile(), Phase::norm);
-    be.rms_norm(picked, w_.norm.data(), cfg_.rms_eps, picked);
-  }
-  {
-    PhaseTimer _(be.profile(), Phase::head);
-    be.linear(w_.head, picked, logits);
-  }
-  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, lay.logit_out[size_t(r)]);
+  head_rows(w_.norm, w_.head, x, lay.logit_rows, lay.logit_out);
 }
 
 std::unique_ptr<Model> load_deepseek_v3(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

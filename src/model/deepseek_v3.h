@@ -20,8 +20,10 @@
 // tokens; attention per sequence on its own caches. Every op computes a
 // token's result without reference to the other tokens, so a sequence's
 // logits do not depend on its batch or on how its prompt was chunked.
-// The MTP layer (model.layers.{num_hidden_layers}) is bound and validated;
-// running it for speculation is not implemented (has_draft() is false).
+// The MTP layer (model.layers.{num_hidden_layers}) is the draft of
+// speculative decoding (deepseek_v3_mtp.cpp, docs/deepseek_v3.md "The MTP
+// layer"): one more decoder layer, the same layer_forward, over its own
+// latent cache (DeepseekV3DraftState).
 #pragma once
 
 #include <memory>
@@ -55,6 +57,22 @@ class DeepseekV3State : public ModelState {
   std::vector<MlaCache> layers_;  // [n_layers]
 };
 
+// The MTP layer's own state: one latent cache over every row it was fed
+// (full attention, like the main layers), so truncate is a resize and fork a
+// copy. Its position counts the rows fed; row r is RoPE'd at position r.
+class DeepseekV3DraftState : public ModelState {
+ public:
+  int64_t position() const override { return position_; }
+  int64_t truncate_floor() const override { return 0; }
+  uint64_t memory_bytes() const override { return sizeof(*this) + cache_.bytes(); }
+
+ private:
+  friend class DeepseekV3Model;
+  const void* owner_ = nullptr;
+  int64_t position_ = 0;
+  MlaCache cache_;
+};
+
 class DeepseekV3Model : public Model {
  public:
   DeepseekV3Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan, const LoadOptions& options);
@@ -76,18 +94,44 @@ class DeepseekV3Model : public Model {
   void step(std::span<const SeqStep> batch, StepStats* stats) const override;
   int64_t step_token_budget() const override { return max_chunk_; }
 
-  // The residual stream before the final norm (what SeqStep::hidden receives).
+  // SeqStep::hidden: the final norm's output rms_norm(x, norm), i.e. lm_head's
+  // input, which DeepSeek-V3's MTP layer reads (docs/deepseek_v3.md).
   int64_t hidden_width() const override { return cfg_.hidden; }
-  bool has_draft() const override { return false; }
+  bool has_draft() const override { return !w_.mtp.empty(); }
   std::string draft_unavailable() const override;
-  int64_t draft_context() const override { return 0; }
-  std::unique_ptr<ModelState> new_draft_state() const override;
-  void draft_step(std::span<const DraftStep> batch) const override;
+  // Full attention: the MTP layer reads every row it was fed, so it needs
+  // every row of a prompt (the runtime feeds them all; docs/speculative.md).
+  int64_t draft_context() const override { return cfg_.max_position; }
+  std::unique_ptr<ModelState> new_draft_state() const override;     // deepseek_v3_mtp.cpp
+  void draft_step(std::span<const DraftStep> batch) const override;  // deepseek_v3_mtp.cpp
 
  private:
   using Part = StepPart<DeepseekV3State>;
+  using DraftPart = DraftStepPart<DeepseekV3DraftState>;
   DeepseekV3State& state_of(const ModelState& s, int64_t id) const;
+  DeepseekV3DraftState* draft_state_of(const ModelState& s) const;  // null: not a draft state of this model
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
+  void draft_forward_parts(std::span<const DraftPart> parts) const;  // deepseek_v3_mtp.cpp
+  // Work buffers of one decoder layer over n rows, allocated once per sub-step.
+  struct LayerScratch {
+    Tensor h, y, y2;            // [n, D] normed input, sublayer output, shared experts' output
+    Tensor q, qa;               // [n, H*(nope+rope)], [n, q_lora_rank] (empty without q_lora)
+    Tensor kv, latent, k_rope;  // [n, C + r], [n, C], [n, r]
+    Tensor o;                   // [n, H*v]
+  };
+  LayerScratch alloc_layer_scratch(int64_t n) const;
+  // One decoder layer (MLA attention, then the dense MLP or the MoE with its
+  // shared experts) over a sub-step's rows: x [n, D], the residual stream,
+  // updated in place. seqs: each sequence's consecutive rows, in order, with
+  // its cache of this layer; positions [n] the RoPE position of each row.
+  // The main layers and the MTP layer both run through it.
+  void layer_forward(const Dsv3LayerWeights& w, const LayerScratch& s, std::span<const int64_t> positions,
+                     std::span<const MlaSeq> seqs, Tensor x, StepStats* stats) const;
+  // rms_norm(x[rows[r]], norm) through `head` into out[r] [V]: the main
+  // model's logits (model.norm, lm_head) and the MTP layer's
+  // (shared_head.norm, shared_head.head).
+  void head_rows(const std::vector<float>& norm, const BoundLinear& head, Tensor x, std::span<const int64_t> rows,
+                 std::span<float* const> out) const;
   // y = mlp(h): gate, up, silu * up, down; g / u are [n, width] scratch.
   void run_mlp(const Dsv3Mlp& m, Tensor h, Tensor y) const;
   // The routed experts' distinct picks for `x` (benchmarks only: routes again).

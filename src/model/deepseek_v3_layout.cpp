@@ -56,7 +56,7 @@ TensorGroup deepseek_v3_tensor_group(const std::string& name, int64_t n_layers) 
   g.routed = g.name == "routed_experts" || g.name == "mtp_routed_experts";
   if (mtp) {
     g.read = DecodeRead::none;
-    g.note = "MTP layer: loaded and validated; speculative decoding with it is not implemented, so decode does not read it";
+    g.note = "MTP layer: the draft of speculative decoding (off by default); plain decode does not read it";
   } else if (g.routed) {
     g.read = DecodeRead::top_k_experts;
   } else if (g.name == "embedding") {

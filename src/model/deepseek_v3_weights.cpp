@@ -108,7 +108,7 @@ Dsv3LayerWeights bind_layer(const Binder& b, const DeepseekV3Config& c, int64_t 
   return w;
 }
 
-Dsv3MtpWeights bind_mtp(const Binder& b, const DeepseekV3Config& c, int64_t l) {
+Dsv3MtpWeights bind_mtp(const Binder& b, const DeepseekV3Config& c, int64_t l, const Dsv3Weights& main) {
   const std::string p = "model.layers." + std::to_string(l) + ".";
   const int64_t D = c.hidden, V = c.vocab_size;
   Dsv3MtpWeights w;
@@ -117,8 +117,12 @@ Dsv3MtpWeights bind_mtp(const Binder& b, const DeepseekV3Config& c, int64_t l) {
   w.eh_proj = b.linear(p + "eh_proj", D, 2 * D, "MTP layer: hidden_size x 2*hidden_size");
   w.layer = bind_layer(b, c, l);
   w.head_norm = b.vec(p + "shared_head.norm.weight", {D}, "hidden_size (MTP layer)");
-  w.head = b.linear(p + "shared_head.head", V, D, "MTP layer: vocab_size x hidden_size");
-  w.embed = weight_view(b.matrix(p + "embed_tokens", V, D, "MTP layer: vocab_size x hidden_size"));
+  w.head = b.has_matrix(p + "shared_head.head")
+               ? b.linear(p + "shared_head.head", V, D, "MTP layer: vocab_size x hidden_size")
+               : main.head;
+  w.embed = b.has_matrix(p + "embed_tokens")
+                ? weight_view(b.matrix(p + "embed_tokens", V, D, "MTP layer: vocab_size x hidden_size"))
+                : main.embed;
   return w;
 }
 
@@ -139,7 +143,7 @@ Dsv3Weights bind_deepseek_v3_weights(const Checkpoint& ck, const Detection& det,
   w.norm = b.vec("model.norm.weight", {cfg.hidden}, "hidden_size");
   w.layers.reserve(size_t(cfg.n_layers));
   for (int64_t l = 0; l < cfg.n_layers; ++l) w.layers.push_back(bind_layer(b, cfg, l));
-  for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) w.mtp.push_back(bind_mtp(b, cfg, cfg.n_layers + k));
+  for (int64_t k = 0; k < cfg.n_mtp_layers; ++k) w.mtp.push_back(bind_mtp(b, cfg, cfg.n_layers + k, w));
   b.finish_progress();
   return w;
 }

@@ -57,15 +57,19 @@ struct Dsv3LayerWeights {
   Dsv3Mlp shared;                          // width n_shared_experts * moe_intermediate_size
 };
 
-// The multi-token-prediction layer (model.layers.{num_hidden_layers}):
-// bound and validated; not run yet.
+// The multi-token-prediction layer (model.layers.{num_hidden_layers}), the
+// draft of speculative decoding (deepseek_v3_mtp.cpp). DeepSeek-V3 publishes
+// the layer with its own copies of the embedding and the output head
+// (README_WEIGHTS.md: "shares parameters with" the main model's); they are
+// read as stored, and the main model's are used where a checkpoint leaves
+// them out.
 struct Dsv3MtpWeights {
   std::vector<float> enorm, hnorm;         // [D]
-  BoundLinear eh_proj;                     // [D, 2D]
+  BoundLinear eh_proj;                     // [D, 2D]: columns [0, D) the embedding's, [D, 2D) the hidden's
   Dsv3LayerWeights layer;
   std::vector<float> head_norm;            // shared_head.norm [D]
-  BoundLinear head;                        // shared_head.head [V, D]
-  WeightView embed;                        // embed_tokens [V, D]
+  BoundLinear head;                        // shared_head.head [V, D], else lm_head
+  WeightView embed;                        // embed_tokens [V, D], else model.embed_tokens
 };
 
 struct Dsv3Weights {

@@ -92,11 +92,7 @@ class DeepseekV4Model : public Model {
   using Part = StepPart<DeepseekV4State>;
   DeepseekV4State& state_of(const ModelState& s, int64_t id) const;
   // One draft sequence's part of a draft sub-step (deepseek_v4_mtp.cpp).
-  struct DraftPart {
-    const DraftStep* seq;
-    DeepseekV4DraftState* st;
-    int64_t from, count;
-  };
+  using DraftPart = DraftStepPart<DeepseekV4DraftState>;
   DeepseekV4DraftState* draft_state_of(const ModelState& s) const;  // null: not a draft state of this model
   void draft_forward_parts(std::span<const DraftPart> parts) const;
   // One forward over at most max_chunk_ tokens (callers hold mu_).

@@ -36,49 +36,11 @@ DeepseekV4DraftState* DeepseekV4Model::draft_state_of(const ModelState& s) const
 
 void DeepseekV4Model::draft_step(std::span<const DraftStep> batch) const {
   if (w_.mtp.empty()) fail("no MTP draft layer: ", w_.mtp_missing);
-  // Every check first, so a bad entry leaves all states as they were.
-  std::vector<DraftPart> todo;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const DraftStep& s = batch[i];
-    if (!s.state) fail("draft sequence ", s.id, ": no state");
-    DeepseekV4DraftState* st = draft_state_of(*s.state);
-    if (!st) fail("draft sequence ", s.id, ": its state is not an MTP state of this model (new_draft_state())");
-    for (size_t j = 0; j < i; ++j)
-      if (batch[j].state == s.state) fail("draft sequence ", s.id, " appears twice in one step");
-    const int64_t n = int64_t(s.tokens.size());
-    for (int64_t t = 0; t < n; ++t)
-      if (s.tokens[size_t(t)] < 0 || s.tokens[size_t(t)] >= cfg_.vocab_size)
-        fail("draft sequence ", s.id, ": token ", t, " (id ", s.tokens[size_t(t)], ") is outside the vocabulary of ",
-             cfg_.vocab_size);
-    if (n > 0 && !s.hidden) fail("draft sequence ", s.id, ": no hidden rows given for its ", n, " tokens");
-    if (n > cfg_.max_position - st->position_)
-      fail("draft sequence ", s.id, ": it would hold ", st->position_ + n, " rows but the context is ",
-           cfg_.max_position);
-    if (s.rows != LogitRows::none && n == 0) fail("draft sequence ", s.id, ": logits wanted but no token is fed");
-    if (s.rows != LogitRows::none && !s.logits) fail("draft sequence ", s.id, ": logits wanted but no buffer given");
-    if (s.hidden_out && n == 0) fail("draft sequence ", s.id, ": hidden_out wanted but no token is fed");
-    if (n > 0) todo.push_back(DraftPart{&s, st, 0, n});
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  // Sub-steps of at most max_chunk_ rows, as in step().
-  std::vector<DraftPart> parts;
-  size_t next = 0;
-  while (next < todo.size()) {
-    parts.clear();
-    int64_t used = 0;
-    for (size_t i = next; i < todo.size() && used < max_chunk_; ++i) {
-      DraftPart& p = todo[i];
-      const int64_t take = std::min(max_chunk_ - used, int64_t(p.seq->tokens.size()) - p.from);
-      parts.push_back(DraftPart{p.seq, p.st, p.from, take});
-      used += take;
-    }
-    draft_forward_parts(parts);
-    for (const DraftPart& done : parts) {
-      DraftPart& p = todo[next];
-      p.from += done.count;
-      if (p.from == int64_t(p.seq->tokens.size())) ++next;
-    }
-  }
+  run_draft_parts<DeepseekV4DraftState>(
+      batch, cfg_.vocab_size, cfg_.max_position, max_chunk_,
+      [&](const ModelState& s) { return draft_state_of(s); },
+      [&](std::span<const DraftPart> parts) { draft_forward_parts(parts); });
 }
 
 void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) const {

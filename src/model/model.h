@@ -79,10 +79,11 @@ struct SeqStep {
   LogitRows rows = LogitRows::last;
   float* logits = nullptr;              // [1 or tokens.size()][vocab] per `rows`
   int64_t id = -1;                      // the caller's name for it, used in messages
-  // The main model's residual state before its output head (DeepSeek-V4: the
-  // hc_mult streams before hc_head) of tokens [hidden_first, tokens.size()):
-  // [tokens.size() - hidden_first][Model::hidden_width()]. What a draft layer
-  // (multi-token prediction) reads. Null: not wanted.
+  // The main model's state that its draft layer (multi-token prediction)
+  // reads, of tokens [hidden_first, tokens.size()):
+  // [tokens.size() - hidden_first][Model::hidden_width()]. DeepSeek-V4: the
+  // hc_mult residual streams before hc_head; DeepSeek-V3: the final norm's
+  // output (lm_head's input). Null: not wanted.
   float* hidden = nullptr;
   int64_t hidden_first = 0;
 };
@@ -152,11 +153,12 @@ class Model {
   virtual std::string draft_unavailable() const = 0;
   // Past rows the draft layer reads (its attention window): feeding it the
   // last draft_context() rows of a prompt gives it all the context it uses.
+  // max_context() for a full-attention layer (DeepSeek-V3's): every row.
   virtual int64_t draft_context() const = 0;
-  // A draft layer's own per-sequence state (its attention window). Model::fork
-  // and Model::truncate take it like a main state; its position counts the
-  // rows fed, which may start at any main position (the layer is
-  // sliding-window only, so only relative positions matter).
+  // A draft layer's own per-sequence state (its attention window or cache).
+  // Model::fork and Model::truncate take it like a main state; its position
+  // counts the rows fed, which may start at any main position (RoPE makes
+  // attention depend on relative positions only).
   virtual std::unique_ptr<ModelState> new_draft_state() const = 0;
   // One forward of the draft layer over every entry of `batch`. Checks as
   // step() does (and a state of the wrong kind, a missing hidden) first.

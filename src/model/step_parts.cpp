@@ -24,4 +24,22 @@ void check_step_entry(std::span<const SeqStep> batch, size_t i, int64_t position
     fail("sequence ", s.id, ": hidden_first ", s.hidden_first, " is outside its ", n, " tokens");
 }
 
+void check_draft_entry(std::span<const DraftStep> batch, size_t i, int64_t position, int64_t vocab_size,
+                       int64_t max_position) {
+  const DraftStep& s = batch[i];
+  for (size_t j = 0; j < i; ++j)
+    if (batch[j].state == s.state) fail("draft sequence ", s.id, " appears twice in one step");
+  const int64_t n = int64_t(s.tokens.size());
+  for (int64_t t = 0; t < n; ++t)
+    if (s.tokens[size_t(t)] < 0 || s.tokens[size_t(t)] >= vocab_size)
+      fail("draft sequence ", s.id, ": token ", t, " (id ", s.tokens[size_t(t)], ") is outside the vocabulary of ",
+           vocab_size);
+  if (n > 0 && !s.hidden) fail("draft sequence ", s.id, ": no hidden rows given for its ", n, " tokens");
+  if (n > max_position - position)
+    fail("draft sequence ", s.id, ": it would hold ", position + n, " rows but the context is ", max_position);
+  if (s.rows != LogitRows::none && n == 0) fail("draft sequence ", s.id, ": logits wanted but no token is fed");
+  if (s.rows != LogitRows::none && !s.logits) fail("draft sequence ", s.id, ": logits wanted but no buffer given");
+  if (s.hidden_out && n == 0) fail("draft sequence ", s.id, ": hidden_out wanted but no token is fed");
+}
+
 }  // namespace nibble

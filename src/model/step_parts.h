@@ -1,7 +1,7 @@
-// What every model's Model::step shares: the batch checked as a whole before
-// anything runs (so a bad entry leaves every state as it was), then cut into
-// sub-steps of at most the model's token budget, the sequences in order,
-// each sub-step run by the model's own forward.
+// What every model's Model::step (and Model::draft_step) shares: the batch
+// checked as a whole before anything runs (so a bad entry leaves every state
+// as it was), then cut into sub-steps of at most the model's token budget,
+// the sequences in order, each sub-step run by the model's own forward.
 #pragma once
 
 #include <algorithm>
@@ -114,6 +114,60 @@ void run_step_parts(std::span<const SeqStep> batch, int64_t vocab_size, int64_t 
     // parts are todo[next], todo[next + 1], ... in order; only the last can be partial.
     for (const StepPart<State>& done : parts) {
       StepPart<State>& p = todo[next];
+      p.from += done.count;
+      if (p.from == int64_t(p.seq->tokens.size())) ++next;
+    }
+  }
+}
+
+// ---- draft steps (Model::draft_step: a model's multi-token-prediction layer) ----
+
+// One draft sequence's part of a draft sub-step: rows [from, from + count)
+// of batch entry `seq`, whose draft state is `st`.
+template <class State>
+struct DraftStepPart {
+  const DraftStep* seq;
+  State* st;
+  int64_t from, count;
+};
+
+// The model-independent checks of draft entry `i` of `batch`, whose state is
+// at `position`: not twice in the step, token ids in the vocabulary, hidden
+// rows for the tokens, room in the context, logits and hidden_out asked for
+// consistently. Throws nibble::Error naming the draft sequence.
+void check_draft_entry(std::span<const DraftStep> batch, size_t i, int64_t position, int64_t vocab_size,
+                       int64_t max_position);
+
+// As run_step_parts, for a draft step: draft_state_of(entry) -> State* (null:
+// not a draft state of this model, an error here), every entry checked, then
+// forward(parts) over sub-steps of at most `max_chunk` rows.
+template <class State, class DraftStateOf, class Forward>
+void run_draft_parts(std::span<const DraftStep> batch, int64_t vocab_size, int64_t max_position, int64_t max_chunk,
+                     DraftStateOf draft_state_of, Forward forward) {
+  std::vector<DraftStepPart<State>> todo;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const DraftStep& s = batch[i];
+    if (!s.state) fail("draft sequence ", s.id, ": no state");
+    State* st = draft_state_of(*s.state);
+    if (!st) fail("draft sequence ", s.id, ": its state is not an MTP state of this model (new_draft_state())");
+    check_draft_entry(batch, i, st->position(), vocab_size, max_position);
+    const int64_t n = int64_t(s.tokens.size());
+    if (n > 0) todo.push_back(DraftStepPart<State>{&s, st, 0, n});
+  }
+  std::vector<DraftStepPart<State>> parts;
+  size_t next = 0;
+  while (next < todo.size()) {
+    parts.clear();
+    int64_t used = 0;
+    for (size_t i = next; i < todo.size() && used < max_chunk; ++i) {
+      const DraftStepPart<State>& p = todo[i];
+      const int64_t take = std::min(max_chunk - used, int64_t(p.seq->tokens.size()) - p.from);
+      parts.push_back(DraftStepPart<State>{p.seq, p.st, p.from, take});
+      used += take;
+    }
+    forward(std::span<const DraftStepPart<State>>(parts));
+    for (const DraftStepPart<State>& done : parts) {
+      DraftStepPart<State>& p = todo[next];
       p.from += done.count;
       if (p.from == int64_t(p.seq->tokens.size())) ++next;
     }

@@ -291,12 +291,16 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
   // Every input is checked before the model changes any state, so on an
   // error the histories stay in step with the states.
   auto record = [&] {
+    std::vector<DraftTrack*> captured;
     for (size_t i = 0; i < batch.size(); ++i) {
       busy.held[i]->history.insert(busy.held[i]->history.end(), batch[i].tokens.begin(), batch[i].tokens.end());
-      if (!hidden[i].empty())
+      if (!hidden[i].empty()) {
         capture_rows(*impl_->model, *busy.held[i]->draft, batch[i].tokens, hidden[i].data(),
                      int64_t(hidden[i].size()) / impl_->model->hidden_width());
+        captured.push_back(busy.held[i]->draft.get());
+      }
     }
+    feed_pending_rows(*impl_->model, captured);
   };
   if (!report) {
     impl_->model->step(steps);

@@ -128,6 +128,10 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
          context, "-token context are left (", state.position(), " already in the session)");
   }
   const int64_t V = model.vocab_size(), W = model.hidden_width();
+  // Checked before the chunked prefill below, so a bad id changes no state.
+  for (size_t t = 0; t < prompt.size(); ++t)
+    if (prompt[t] < 0 || prompt[t] >= V)
+      fail("prompt token ", t, " (id ", prompt[t], ") is outside the vocabulary of ", V);
   Sampler sampler(options.sampler);
   const Sampler draft_sampler(draft_config(options.sampler));
   Uniform uniform(options.sampler.seed);
@@ -138,40 +142,47 @@ GenerateResult speculative_generate(const Model& model, ModelState& state, std::
 
   GenerateResult r;
   r.prompt_tokens = int64_t(prompt.size());
-  // Prefill, keeping the main model's states of the last rows the draft layer reads.
+  // Prefill chunk by chunk (the model's step budget), keeping the main
+  // model's rows of the last m positions, the ones the draft layer reads.
+  // The draft layer reads each chunk's rows whose next token is known (all
+  // but the prompt's last) right after the chunk, so a draft step is then one
+  // row, and the rows held at once are one chunk's even when m is the whole
+  // prompt (a full-attention draft layer, DeepSeek-V3's).
   const int64_t n = int64_t(prompt.size()), m = std::min(n, std::max<int64_t>(1, model.draft_context()));
+  const int64_t chunk = std::max<int64_t>(1, model.step_token_budget());
+  const bool drafting = options.max_new_tokens > 0;
   std::vector<float> logits(static_cast<size_t>(V));
-  std::vector<float> pending_hidden(size_t(m * W));   // [rows][W]: main states the draft layer has not read
-  std::vector<int32_t> pending_tokens(prompt.end() - (m - 1), prompt.end());  // the token after each row
+  std::vector<float> pending_hidden;    // [rows][W]: main states the draft layer has not read
+  std::vector<int32_t> pending_tokens;  // the token after each pending row but the last
+  std::vector<float> chunk_hidden;
+  std::unique_ptr<ModelState> draft_state = drafting ? model.new_draft_state() : nullptr;
   auto t0 = Clock::now();
-  {
+  for (int64_t a = 0; a < n; a += chunk) {
+    const int64_t b = std::min(n, a + chunk), h0 = std::max(a, n - m);  // rows [h0, b) are kept
     SeqStep s;
     s.state = &state;
-    s.tokens = prompt;
-    s.rows = LogitRows::last;
-    s.logits = logits.data();
-    s.hidden = pending_hidden.data();
-    s.hidden_first = n - m;
+    s.tokens = prompt.subspan(size_t(a), size_t(b - a));
+    s.rows = b == n ? LogitRows::last : LogitRows::none;
+    s.logits = b == n ? logits.data() : nullptr;
+    if (drafting && h0 < b) {
+      chunk_hidden.resize(size_t((b - h0) * W));
+      s.hidden = chunk_hidden.data();
+      s.hidden_first = h0 - a;
+    }
     model.step(std::span<const SeqStep>(&s, 1));
-  }
-  if (options.max_new_tokens == 0) {
-    r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    return r;
-  }
-  // The draft layer reads the prompt's rows whose next token is known (all
-  // but the last) as part of the prefill, so that a draft step is one row.
-  auto draft_state = model.new_draft_state();
-  if (m > 1) {
-    DraftStep d;
-    d.state = draft_state.get();
-    d.tokens = pending_tokens;
-    d.hidden = pending_hidden.data();
-    d.rows = LogitRows::none;
-    model.draft_step(std::span<const DraftStep>(&d, 1));
-    pending_hidden.erase(pending_hidden.begin(), pending_hidden.end() - W);
-    pending_tokens.clear();
+    if (!drafting || h0 >= b) continue;
+    if (const int64_t known = std::min(b, n - 1) - h0; known > 0) {
+      DraftStep d;
+      d.state = draft_state.get();
+      d.tokens = prompt.subspan(size_t(h0 + 1), size_t(known));
+      d.hidden = chunk_hidden.data();
+      d.rows = LogitRows::none;
+      model.draft_step(std::span<const DraftStep>(&d, 1));
+    }
+    if (b == n) pending_hidden.assign(chunk_hidden.end() - W, chunk_hidden.end());  // row n - 1
   }
   r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!drafting) return r;
   auto t1 = Clock::now();
 
   // Emits one token; false when generation ends with it.
@@ -344,6 +355,34 @@ void capture_rows(const Model& model, DraftTrack& track, std::span<const int32_t
     track.hidden.erase(track.hidden.begin(), track.hidden.begin() + drop * W);
     track.next.erase(track.next.begin(), track.next.begin() + drop);
     track.rows = keep;
+  }
+}
+
+bool draft_reads_all_rows(const Model& model) { return model.draft_context() >= model.max_context(); }
+
+void feed_pending_rows(const Model& model, std::span<DraftTrack* const> tracks) {
+  if (!draft_reads_all_rows(model)) return;
+  const int64_t W = model.hidden_width();
+  std::vector<DraftStep> steps;
+  std::vector<DraftTrack*> fed;
+  for (DraftTrack* t : tracks) {
+    // A verify step captures at most kMaxDraftTokens + 1 rows, which
+    // accept_drafts reads back: those stay.
+    if (!t || t->rows <= kMaxDraftTokens + 1) continue;
+    DraftStep d;
+    d.state = t->state.get();
+    d.tokens = t->next;  // [rows - 1]: every row but the last has its next token
+    d.hidden = t->hidden.data();
+    d.rows = LogitRows::none;
+    steps.push_back(d);
+    fed.push_back(t);
+  }
+  if (steps.empty()) return;
+  model.draft_step(steps);
+  for (DraftTrack* t : fed) {
+    t->hidden.erase(t->hidden.begin(), t->hidden.end() - W);
+    t->next.clear();
+    t->rows = 1;
   }
 }
 

@@ -1,5 +1,5 @@
-// Speculative decoding with the model's own draft layer (DeepSeek-V4's MTP,
-// docs/speculative.md). Each step:
+// Speculative decoding with the model's own draft layer (DeepSeek-V4's or
+// DeepSeek-V3's MTP, docs/speculative.md). Each step:
 //   1. drafts k tokens with the draft layer, chained: draft 1 reads the main
 //      model's residual state of the last fed position and the last sampled
 //      token; draft j + 1 reads the draft layer's own output state of draft j
@@ -97,7 +97,8 @@ int32_t rejection_sample(std::span<const std::pair<int32_t, double>> p, std::spa
 struct DraftTrack {
   std::unique_ptr<ModelState> state;         // the draft layer's own (Model::new_draft_state)
   // Main-model rows the draft layer has not read: consecutive positions,
-  // at most draft_context() of them (older rows fall outside its window).
+  // at most draft_context() of them (older rows fall outside its window; a
+  // full-attention layer reads them as they come: feed_pending_rows).
   std::vector<float> hidden;                 // [rows][hidden_width]
   std::vector<int32_t> next;                 // [rows - 1]: the token after each row but the last
   int64_t rows = 0;
@@ -115,12 +116,25 @@ DraftTrack fork_track(const Model& model, const DraftTrack& track);
 void reset_track(const Model& model, DraftTrack& track);
 
 // Rows a step of n tokens should capture: min(n, this). Older rows fall
-// outside the draft layer's window.
+// outside the draft layer's window (a full-attention layer's "window" is the
+// whole context: every row is captured).
 int64_t capture_rows_wanted(const Model& model);
 // Engine::step's part: a step fed `tokens` and wrote the main model's states
 // of its last `captured` rows to `hidden` ([captured][hidden_width]).
 void capture_rows(const Model& model, DraftTrack& track, std::span<const int32_t> tokens, const float* hidden,
                   int64_t captured);
+
+// Whether the draft layer attends every row it was fed rather than a window
+// (draft_context() covers the whole context: DeepSeek-V3's MTP layer).
+bool draft_reads_all_rows(const Model& model);
+// Engine::step's part after capture_rows for the step's drafting sequences.
+// A full-attention draft layer needs every row, so rows are never dropped for
+// it; instead a track holding more rows than a verify step captures (a prompt
+// chunk, or plain decode steps) has all but its last row read by the draft
+// state now, in one batched draft_step, so a long prompt fed in chunks holds
+// one chunk's rows, not the whole prompt's. Windowed draft layers: nothing
+// (capture_rows keeps their window).
+void feed_pending_rows(const Model& model, std::span<DraftTrack* const> tracks);
 
 // One sequence's share of a draft round.
 struct DraftRequest {

@@ -30,50 +30,10 @@ namespace {
 // for the block's RoPE) moves logits by >= 1e-2 relative.
 constexpr double kRelTol = 1e-5;
 
-struct MtpOracle {
-  int64_t vocab = 0;
-  struct Seq {
-    std::vector<int32_t> tokens;
-    std::vector<float> logits;  // [n - 1][vocab]
-  };
-  struct Chain {
-    int64_t sequence = 0, prefix = 0;
-    std::vector<int32_t> drafts;
-    std::vector<float> logits;  // [k][vocab]
-  };
-  std::vector<Seq> seqs;
-  std::vector<Chain> chains;
-};
-
-std::vector<float> read_f32(const std::string& path, size_t n) {
-  std::vector<float> v(n);
-  std::ifstream f(path, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
-  if (!f) throw std::runtime_error("short file " + path);
-  return v;
-}
+using test::MtpOracle;
 
 MtpOracle load_oracle(const std::string& name) {
-  const std::string dir = test::fixture_dir(name) + "/expected/mtp/";
-  std::ifstream mf(dir + "manifest.json");
-  nlohmann::json m = nlohmann::json::parse(mf);
-  MtpOracle o;
-  o.vocab = m.at("vocab_size").get<int64_t>();
-  for (const auto& s : m.at("sequences")) {
-    MtpOracle::Seq q;
-    for (const auto& t : s.at("tokens")) q.tokens.push_back(t.get<int32_t>());
-    q.logits = read_f32(dir + s.at("logits").get<std::string>(), (q.tokens.size() - 1) * size_t(o.vocab));
-    o.seqs.push_back(std::move(q));
-  }
-  for (const auto& c : m.at("chains")) {
-    MtpOracle::Chain q;
-    q.sequence = c.at("sequence").get<int64_t>();
-    q.prefix = c.at("prefix").get<int64_t>();
-    for (const auto& d : c.at("drafts")) q.drafts.push_back(d.get<int32_t>());
-    q.logits = read_f32(dir + c.at("logits").get<std::string>(), q.drafts.size() * size_t(o.vocab));
-    o.chains.push_back(std::move(q));
-  }
-  return o;
+  return test::load_mtp_oracle(test::fixture_dir(name) + "/expected/mtp/");
 }
 
 // The main model's streams before hc_head of every token of `tokens`: [n][hidden_width].

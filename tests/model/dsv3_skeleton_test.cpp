@@ -104,8 +104,13 @@ void check(const std::string& which, const Dims& dims, double published_b, doubl
   EXPECT_EQ(j["runnable"], true);
   EXPECT_EQ(j["speculative"]["mtp_layer"], dims.mtp > 0);
   if (dims.mtp > 0) {
-    EXPECT_NE(j["speculative"]["why"].get<std::string>().find("does not run DeepSeek-V3's MTP layer"),
-              std::string::npos);
+    // The MTP layer can draft (model/deepseek_v3_mtp.cpp): off by default,
+    // and explain says how to turn it on.
+    const std::string why = j["speculative"]["why"].get<std::string>();
+    EXPECT_EQ(j["speculative"]["on"], false);
+    EXPECT_NE(why.find("model.layers.{num_hidden_layers}"), std::string::npos) << why;
+    EXPECT_NE(why.find("off by default"), std::string::npos) << why;
+    EXPECT_NE(why.find("--spec-draft-tokens"), std::string::npos) << why;
   }
   std::printf("%s: %.3fB parameters (+%.3fB MTP), %.3f GB per token, bound %.2f tokens/s at 100 GB/s\n",
               which.c_str(), double(plan.params) / 1e9, double(plan.mtp_params) / 1e9,

@@ -269,20 +269,8 @@ TEST_P(Dsv3Hf, RunTokensPrintsTransformersGreedyPath) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Dsv3Hf, ::testing::ValuesIn(dsv3_fixtures()));
 
-// The MTP layer of the FP8 fixture (model.layers.3) is bound and validated;
-// speculation with it says it is not implemented.
-TEST(Dsv3Mtp, LayerIsBoundAndDraftSaysWhy) {
-  auto m = load_model(ddir("tiny_fp8"), test::test_load_options("cpu_ref"));
-  const auto& dm = static_cast<const DeepseekV3Model&>(*m);
-  ASSERT_EQ(dm.weights().mtp.size(), 1u);
-  EXPECT_EQ(dm.weights().mtp[0].eh_proj.cols(), 2 * dm.config().hidden);
-  EXPECT_EQ(dm.weights().mtp[0].layer.moe.experts.size(), size_t(dm.config().n_experts));
-  EXPECT_FALSE(m->has_draft());
-  EXPECT_NE(m->draft_unavailable().find("not implemented"), std::string::npos);
-  EXPECT_THROW(m->new_draft_state(), Error);
-  auto k = load_model(ddir("kimi_int4"), test::test_load_options("cpu_ref"));
-  EXPECT_NE(k->draft_unavailable().find("num_nextn_predict_layers 0"), std::string::npos);
-}
+// The MTP layer (the draft of speculative decoding) has its own tests:
+// dsv3_mtp_test.cpp.
 
 // ---- the absorbed latent attention against the formula transformers runs ----
 

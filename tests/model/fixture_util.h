@@ -1,10 +1,12 @@
 // Shared helpers of the model tests: the DeepSeek-V4 fixtures written by
-// tools/gen_dsv4_fixtures.py (tiny checkpoints + Hugging Face logits).
+// tools/gen_dsv4_fixtures.py (tiny checkpoints + Hugging Face logits), the
+// MTP oracles' files.
 #pragma once
 
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,56 @@ inline Expected load_expected(const std::string& name) {
     e.sequences.push_back(std::move(seq));
   }
   return e;
+}
+
+inline std::vector<float> read_f32(const std::string& path, size_t n) {
+  std::vector<float> v(n);
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+  if (!f) throw std::runtime_error("short file " + path);
+  return v;
+}
+
+// An MTP draft layer's oracle (expected/mtp/ of tools/gen_dsv4_mtp_fixtures.py
+// and of tools/gen_dsv3_fixtures.py): per sequence the draft logits of rows
+// 0 .. n-2 (row r: the main hidden of r and token r + 1), and chains of drafts
+// after a prefix of P tokens (draft 1: hidden of P - 1, token P; draft j + 1:
+// draft j's own output and its argmax).
+struct MtpOracle {
+  int64_t vocab = 0;
+  struct Seq {
+    std::vector<int32_t> tokens;
+    std::vector<float> logits;  // [n - 1][vocab]
+  };
+  struct Chain {
+    int64_t sequence = 0, prefix = 0;
+    std::vector<int32_t> drafts;
+    std::vector<float> logits;  // [k][vocab]
+  };
+  std::vector<Seq> seqs;
+  std::vector<Chain> chains;
+};
+
+inline MtpOracle load_mtp_oracle(const std::string& dir) {
+  std::ifstream mf(dir + "manifest.json");
+  nlohmann::json m = nlohmann::json::parse(mf);
+  MtpOracle o;
+  o.vocab = m.at("vocab_size").get<int64_t>();
+  for (const auto& s : m.at("sequences")) {
+    MtpOracle::Seq q;
+    for (const auto& t : s.at("tokens")) q.tokens.push_back(t.get<int32_t>());
+    q.logits = read_f32(dir + s.at("logits").get<std::string>(), (q.tokens.size() - 1) * size_t(o.vocab));
+    o.seqs.push_back(std::move(q));
+  }
+  for (const auto& c : m.at("chains")) {
+    MtpOracle::Chain q;
+    q.sequence = c.at("sequence").get<int64_t>();
+    q.prefix = c.at("prefix").get<int64_t>();
+    for (const auto& d : c.at("drafts")) q.drafts.push_back(d.get<int32_t>());
+    q.logits = read_f32(dir + c.at("logits").get<std::string>(), q.drafts.size() * size_t(o.vocab));
+    o.chains.push_back(std::move(q));
+  }
+  return o;
 }
 
 // Loads with the scalar reference kernels and a fixed bandwidth (no probe).

@@ -8,10 +8,13 @@
 //   test of rejection_sample() against p (and a deliberately wrong sampler
 //   shown to fail the same test), and of whole speculative generations on a
 //   fixture against the distribution computed from the model's logits;
+// - a full-attention draft layer (DeepSeek-V3's MTP) reads every prompt row,
+//   however the prompt was split into steps;
 // - bad input: k out of range, a model without an MTP layer.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -27,6 +30,9 @@ namespace {
 
 std::string fixture(const std::string& name) { return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/dsv4/" + name; }
 const std::string kShipped = std::string(NIBBLE_SOURCE_DIR) + "/models/dsv4-tiny";
+// DeepSeek-V3's FP8 fixture, whose MTP layer (random weights) attends every
+// row it was fed: draft_context() is the whole context.
+const std::string kDsv3Mtp = std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/dsv3/tiny_fp8";
 
 LoadOptions load_options() {
   LoadOptions o;
@@ -210,10 +216,146 @@ TEST_P(SpecGreedyMtp, RealMtpLayerGivesPlainTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SpecGreedy,
                          ::testing::Values(Case{fixture("flash_tiny_stock"), true}, Case{fixture("flash_tiny_nvfp4"), true},
-                                           Case{fixture("hf_tiny_fp8experts"), false}, Case{kShipped, true}));
+                                           Case{fixture("hf_tiny_fp8experts"), false}, Case{kShipped, true},
+                                           Case{kDsv3Mtp, true}));
 INSTANTIATE_TEST_SUITE_P(Models, SpecGreedyMtp,
                          ::testing::Values(Case{fixture("flash_tiny_stock"), true}, Case{fixture("flash_tiny_nvfp4"), true},
-                                           Case{kShipped, true}));
+                                           Case{kShipped, true}, Case{kDsv3Mtp, true}));
+
+// ---------------------------------------------------------------------------
+// A full-attention draft layer (DeepSeek-V3's MTP) must read every row of
+// the prompt, also when the prompt is fed in several steps. The first draft
+// of speculative_generate (prompt fed in chunks of the step budget) and of
+// the Engine (prompt fed in chunks of 17 by the caller, the rows read as they
+// are captured) must be bit-identical to a draft state fed all the prompt's
+// rows at once, computed here on the Model API.
+
+// The draft logits after the prompt and `last`: main rows 0 .. n-1 (tokens
+// 1 .. n-1, then `last`), all in one draft_step, then k - 1 chained greedy drafts.
+std::vector<std::vector<float>> all_rows_drafts(const Model& m, std::span<const int32_t> prompt, int32_t last,
+                                                int64_t k) {
+  const int64_t n = int64_t(prompt.size()), V = m.vocab_size(), W = m.hidden_width();
+  std::vector<float> hidden(size_t(n * W));
+  auto st = m.new_state();
+  SeqStep s;
+  s.state = st.get();
+  s.tokens = prompt;
+  s.rows = LogitRows::none;
+  s.hidden = hidden.data();
+  m.step(std::span<const SeqStep>(&s, 1));
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  next.push_back(last);
+  auto ds = m.new_draft_state();
+  std::vector<std::vector<float>> out;
+  std::vector<float> own(static_cast<size_t>(W)), in;
+  for (int64_t j = 0; j < k; ++j) {
+    out.emplace_back(size_t(V));
+    in = own;
+    DraftStep d;
+    d.state = ds.get();
+    d.tokens = next;
+    d.hidden = j == 0 ? hidden.data() : in.data();
+    d.logits = out.back().data();
+    d.hidden_out = own.data();
+    m.draft_step(std::span<const DraftStep>(&d, 1));
+    next = {argmax(out.back().data(), V)};
+  }
+  return out;
+}
+
+// Forwards everything to `inner` and keeps the logits of every draft step
+// that wants them (the proposals).
+class RecordingDraft : public Model {
+ public:
+  explicit RecordingDraft(const Model& inner) : inner_(inner) {}
+  const std::string& architecture() const override { return inner_.architecture(); }
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t bos_token_id() const override { return inner_.bos_token_id(); }
+  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
+  int64_t max_context() const override { return inner_.max_context(); }
+  const Plan& plan() const override { return inner_.plan(); }
+  std::unique_ptr<ModelState> new_state() const override { return inner_.new_state(); }
+  std::unique_ptr<ModelState> fork(const ModelState& s) const override { return inner_.fork(s); }
+  void truncate(ModelState& s, int64_t p) const override { inner_.truncate(s, p); }
+  void step(std::span<const SeqStep> batch, StepStats* stats) const override { inner_.step(batch, stats); }
+  int64_t step_token_budget() const override { return inner_.step_token_budget(); }
+  int64_t hidden_width() const override { return inner_.hidden_width(); }
+  bool has_draft() const override { return inner_.has_draft(); }
+  std::string draft_unavailable() const override { return inner_.draft_unavailable(); }
+  int64_t draft_context() const override { return inner_.draft_context(); }
+  std::unique_ptr<ModelState> new_draft_state() const override { return inner_.new_draft_state(); }
+  void draft_step(std::span<const DraftStep> batch) const override {
+    inner_.draft_step(batch);
+    for (const DraftStep& d : batch) {
+      if (d.rows == LogitRows::none) {
+        rows_read += int64_t(d.tokens.size());
+        continue;
+      }
+      proposals.emplace_back(d.logits, d.logits + vocab_size());
+    }
+  }
+  mutable std::vector<std::vector<float>> proposals;
+  mutable int64_t rows_read = 0;  // rows fed without logits (the prompt's)
+
+ private:
+  const Model& inner_;
+};
+
+TEST(SpecFullAttention, GenerateFeedsTheDraftEveryPromptRow) {
+  LoadOptions o = load_options();
+  o.max_chunk_tokens = 16;  // the 53-token prompt is prefilled in 4 steps
+  auto model = load_model(kDsv3Mtp, o);
+  ASSERT_EQ(model->draft_context(), model->max_context());
+  const auto prompt = prompt_of(*model, 53, 9);
+  const GenerateOptions g = greedy(6);
+  const auto want = plain_tokens(*model, prompt, g);
+  for (int64_t k : {1, 3}) {
+    RecordingDraft rec(*model);
+    auto st = model->new_state();
+    GenerateResult got = speculative_generate(rec, *st, prompt, g, k, {}, nullptr);
+    ASSERT_EQ(got.tokens, want) << "k " << k;
+    EXPECT_EQ(rec.rows_read, int64_t(prompt.size()) - 1) << "every row with a known next token, in the prefill";
+    // The first round's k drafts: the prompt's rows then `last` = the first sampled token.
+    const auto ref = all_rows_drafts(*model, prompt, want[0], k);
+    ASSERT_GE(rec.proposals.size(), size_t(k));
+    for (int64_t j = 0; j < k; ++j)
+      EXPECT_EQ(0, std::memcmp(rec.proposals[size_t(j)].data(), ref[size_t(j)].data(), ref[size_t(j)].size() * 4))
+          << "k " << k << " draft " << j + 1;
+  }
+}
+
+TEST(SpecFullAttention, EngineFeedsTheDraftEveryPromptRow) {
+  EngineOptions o;
+  o.threads = 2;
+  o.bandwidth_gbps = 10.0;
+  o.load_tokenizer = false;
+  auto engine = Engine::load(kDsv3Mtp, o);
+  auto model = load_model(kDsv3Mtp, load_options());
+  const auto prompt = prompt_of(*model, 61, 11);
+  SamplingParams greedy_params;
+  greedy_params.temperature = 0;
+  for (int64_t k : {1, 3}) {
+    const SeqId s = engine->create();
+    engine->enable_draft(s);
+    int32_t last = 0;
+    // Chunks of 17 (more rows than a verify step's 16: the captured rows
+    // are read by the draft state as they come, runtime/speculative.h).
+    for (size_t a = 0; a < prompt.size(); a += 17) {
+      const size_t c = std::min<size_t>(17, prompt.size() - a);
+      StepInput in{s, std::span<const int32_t>(prompt).subspan(a, c)};
+      in.want_logits = a + c == prompt.size();
+      const auto logits = engine->step(std::span<const StepInput>(&in, 1));
+      if (in.want_logits) last = engine->sample(s, logits[0].data(), greedy_params);
+    }
+    const DraftInput d{s, last, k, greedy_params};
+    const auto proposed = engine->draft(std::span<const DraftInput>(&d, 1));
+    const auto ref = all_rows_drafts(*model, prompt, last, k);
+    ASSERT_EQ(proposed[0].size(), size_t(k));
+    for (int64_t j = 0; j < k; ++j)
+      EXPECT_EQ(proposed[0][size_t(j)], argmax(ref[size_t(j)].data(), model->vocab_size())) << "k " << k << " draft " << j + 1;
+    engine->release(s);
+  }
+}
 
 // Stop rules, the callback and the context end behave as in generate().
 TEST(SpecGreedyLimits, StopTokenCallbackAndContext) {
@@ -651,7 +793,7 @@ TEST(SpecBatchErrors, EnableDraftAndAccept) {
 // The fixtures' random MTP layers reject nearly every draft; the shipped
 // model's trained one accepts many, so rollbacks inside accepted runs happen.
 INSTANTIATE_TEST_SUITE_P(Models, SpecBatchEngine,
-                         ::testing::Values(fixture("flash_tiny_stock"), fixture("flash_tiny_nvfp4"), kShipped));
+                         ::testing::Values(fixture("flash_tiny_stock"), fixture("flash_tiny_nvfp4"), kShipped, kDsv3Mtp));
 
 }  // namespace
 }  // namespace nibble
