@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
+
 namespace nibble {
 
 class ThreadPool;
@@ -62,6 +64,15 @@ struct MlaSeq {
 // Appends latent [count, C] and k_rope [count, r] (RoPE'd) to the cache,
 // then o [count, H*v] = absorbed attention of q [count, H*(n+r)] (its RoPE
 // half RoPE'd) over the cache. kv_b: kv_b_proj as f32 [H*(n+v), C].
+// Runs the SIMD kernels of `isa` (kernels/cpu/mla_*.cpp: one work item per
+// token and slice of heads, each cache row loaded into registers once per
+// group of 8 heads) or, for CpuIsa::ref, the portable loop (one item per
+// token and head). Either way a token's output does not depend on the other
+// tokens of the step nor on the thread count. Throws for an ISA this CPU
+// cannot run.
+void mla_attend_cpu(const MlaShape& s, const float* kv_b, const MlaSeq& seq, const float* q, const float* latent,
+                    const float* k_rope, float* o, ThreadPool* pool, CpuIsa isa);
+// The same with the best ISA this CPU has.
 void mla_attend_cpu(const MlaShape& s, const float* kv_b, const MlaSeq& seq, const float* q, const float* latent,
                     const float* k_rope, float* o, ThreadPool* pool);
 
