@@ -44,10 +44,22 @@ inline __m256 sum8(const __m256 (&v)[8]) {
 }
 
 // acc[r * 4 + h] += q_h . row_r over n floats, 4 query vectors x 2 rows.
+// pf, unless null: the next row pair, prefetched into L1 a line per 16
+// floats; pf2, unless null: a pair of the next block, into L2 (as in
+// mla_avx512.cpp).
 __attribute__((always_inline)) inline void dots_4x2(__m256 (&acc)[8], const float* q, int64_t ldq,
-                                                    const float* row0, const float* row1, int64_t n) {
+                                                    const float* row0, const float* row1, int64_t n,
+                                                    const float* pf, const float* pf2) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
+    if (pf && k % 16 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pf + n + k), _MM_HINT_T0);
+    }
+    if (pf2 && k % 16 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf2 + k), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(pf2 + n + k), _MM_HINT_T1);
+    }
     const __m256 r0 = _mm256_loadu_ps(row0 + k), r1 = _mm256_loadu_ps(row1 + k);
 #pragma GCC unroll 4
     for (int h = 0; h < 4; ++h) {
@@ -82,8 +94,14 @@ void scores(const MlaItem& it) {
           const int64_t h0 = grp * G + half * 4;
           __m256 acc[8];
           for (__m256& a : acc) a = _mm256_setzero_ps();
-          dots_4x2(acc, it.q_abs + h0 * it.ld, it.ld, it.latent_cache + j * C, it.latent_cache + j1 * C, C);
-          dots_4x2(acc, it.q_rope + h0 * it.ldr, it.ldr, it.k_rope_cache + j * R, it.k_rope_cache + j1 * R, R);
+          // Prefetches on the first half's pass only: the second finds the rows in L1.
+          const bool pf = half == 0, pf2 = half == 0 && grp == 0;
+          dots_4x2(acc, it.q_abs + h0 * it.ld, it.ld, it.latent_cache + j * C, it.latent_cache + j1 * C, C,
+                   pf ? it.latent_cache + (j + 2) * C : nullptr,
+                   pf2 ? it.latent_cache + (j + kScoreRows) * C : nullptr);
+          dots_4x2(acc, it.q_rope + h0 * it.ldr, it.ldr, it.k_rope_cache + j * R, it.k_rope_cache + j1 * R, R,
+                   pf ? it.k_rope_cache + (j + 2) * R : nullptr,
+                   pf2 ? it.k_rope_cache + (j + kScoreRows) * R : nullptr);
           const __m256 s = _mm256_mul_ps(sum8(acc), scale);
           _mm_storeu_ps(S + j * G + half * 4, _mm256_castps256_ps128(s));
           _mm_storeu_ps(S + (j + 1) * G + half * 4, _mm256_extractf128_ps(s, 1));
@@ -128,44 +146,44 @@ void softmax(int64_t rows, float* S, float* inv) {
   _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
 }
 
-// ctx[h] = sum_j p[j, h] c_j, 16 rows at a time; per block, every group in
-// strips of 16 columns, each for the group's two head halves in turn.
+// ctx[h] = sum_j p[j, h] c_j, 16 rows at a time; per block, strips of 16
+// columns, and per strip every group's two head halves in turn (the
+// strip's rows stay hot in L1, the accumulators come and go from L2).
 void context(const MlaItem& it) {
   const int64_t C = it.latent, groups = groups_of(it);
   for (int64_t h = 0; h < groups * G; ++h)
     for (int64_t c = 0; c < it.ld; c += 8) _mm256_store_ps(it.ctx + h * it.ld + c, _mm256_setzero_ps());
   for (int64_t j0 = 0; j0 < it.rows; j0 += kCtxRows) {
     const int64_t j1 = j0 + kCtxRows < it.rows ? j0 + kCtxRows : it.rows;
-    for (int64_t grp = 0; grp < groups; ++grp) {
-      const float* S = it.scores + grp * rows2(it) * G;
-      for (int64_t c = 0; c < C; c += 16) {
-        const bool full = c + 16 <= C;
-        const __m256i m0 = lanes(C - c), m1 = lanes(C - c - 8);
-        for (int half = 0; half < 2; ++half) {
-          float* ctx = it.ctx + (grp * G + half * 4) * it.ld + c;
-          __m256 acc[8];
+    for (int64_t c = 0; c < C; c += 16) {
+      const bool full = c + 16 <= C;
+      const __m256i m0 = lanes(C - c), m1 = lanes(C - c - 8);
+      for (int64_t hh = 0; hh < 2 * groups; ++hh) {  // half-groups of 4 heads
+        float* ctx = it.ctx + hh * 4 * it.ld + c;
+        const float* S = it.scores + (hh / 2) * rows2(it) * G + (hh % 2) * 4;
+        __m256 acc[8];
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h) {
+          acc[2 * h] = _mm256_load_ps(ctx + h * it.ld);
+          acc[2 * h + 1] = _mm256_load_ps(ctx + h * it.ld + 8);
+        }
+        for (int64_t j = j0; j < j1; ++j) {
+          const float* row = it.latent_cache + j * C + c;
+          if (hh == 0) _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C), _MM_HINT_T1);
+          const __m256 l0 = full ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, m0);
+          const __m256 l1 = full ? _mm256_loadu_ps(row + 8) : _mm256_maskload_ps(row + 8, m1);
+          const float* p = S + j * G;
 #pragma GCC unroll 4
           for (int h = 0; h < 4; ++h) {
-            acc[2 * h] = _mm256_load_ps(ctx + h * it.ld);
-            acc[2 * h + 1] = _mm256_load_ps(ctx + h * it.ld + 8);
+            const __m256 ph = _mm256_broadcast_ss(p + h);
+            acc[2 * h] = _mm256_fmadd_ps(ph, l0, acc[2 * h]);
+            acc[2 * h + 1] = _mm256_fmadd_ps(ph, l1, acc[2 * h + 1]);
           }
-          for (int64_t j = j0; j < j1; ++j) {
-            const float* row = it.latent_cache + j * C + c;
-            const __m256 l0 = full ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, m0);
-            const __m256 l1 = full ? _mm256_loadu_ps(row + 8) : _mm256_maskload_ps(row + 8, m1);
-            const float* p = S + j * G + half * 4;
+        }
 #pragma GCC unroll 4
-            for (int h = 0; h < 4; ++h) {
-              const __m256 ph = _mm256_broadcast_ss(p + h);
-              acc[2 * h] = _mm256_fmadd_ps(ph, l0, acc[2 * h]);
-              acc[2 * h + 1] = _mm256_fmadd_ps(ph, l1, acc[2 * h + 1]);
-            }
-          }
-#pragma GCC unroll 4
-          for (int h = 0; h < 4; ++h) {
-            _mm256_store_ps(ctx + h * it.ld, acc[2 * h]);
-            _mm256_store_ps(ctx + h * it.ld + 8, acc[2 * h + 1]);
-          }
+        for (int h = 0; h < 4; ++h) {
+          _mm256_store_ps(ctx + h * it.ld, acc[2 * h]);
+          _mm256_store_ps(ctx + h * it.ld + 8, acc[2 * h + 1]);
         }
       }
     }

@@ -80,15 +80,21 @@ inline __m512 sum16(const __m512 (&v)[16]) {
 // acc[r * 8 + h] += q_h . row_r over n floats: 8 query vectors (stride ldq)
 // against 2 rows (row0, row1). The rows are loaded once per chunk and
 // shared by the 8 heads.
-// pf: the next rows' start, prefetched into L1 in step with the loads (the
-// hardware prefetchers leave the tile waiting on L2 otherwise: the row
-// loads were the hot spot).
+// pf: the next row pair (rows 2 apart, n floats each), prefetched into L1
+// in step with the loads (the hardware prefetchers left the tile waiting on
+// L2: the row loads were the hot spot); pf2, unless null, a pair of the next
+// block, prefetched into L2 (the first group's pass over a block otherwise
+// waits on L3).
 __attribute__((always_inline)) inline void dots_8x2(__m512 (&acc)[16], const float* q, int64_t ldq,
                                                     const float* row0, const float* row1, int64_t n,
-                                                    const float* pf) {
+                                                    const float* pf, const float* pf2) {
   for (int64_t k = 0; k < n; k += 16) {
     _mm_prefetch(reinterpret_cast<const char*>(pf + k), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(pf + n + k), _MM_HINT_T0);
+    if (pf2) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf2 + k), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(pf2 + n + k), _MM_HINT_T1);
+    }
     const __mmask16 m = lanes(n - k);
     const __m512 r0 = _mm512_maskz_loadu_ps(m, row0 + k), r1 = _mm512_maskz_loadu_ps(m, row1 + k);
 #pragma GCC unroll 8
@@ -115,10 +121,11 @@ void scores(const MlaItem& it) {
         const int64_t j1 = j + 1 < it.rows ? j + 1 : j;
         __m512 acc[16];
         for (__m512& a : acc) a = _mm512_setzero_ps();
+        const bool first = grp == 0;
         dots_8x2(acc, qa, it.ld, it.latent_cache + j * C, it.latent_cache + j1 * C, C,
-                 it.latent_cache + (j + 2) * C);
+                 it.latent_cache + (j + 2) * C, first ? it.latent_cache + (j + kScoreRows) * C : nullptr);
         dots_8x2(acc, qr, it.ldr, it.k_rope_cache + j * R, it.k_rope_cache + j1 * R, R,
-                 it.k_rope_cache + (j + 2) * R);
+                 it.k_rope_cache + (j + 2) * R, first ? it.k_rope_cache + (j + kScoreRows) * R : nullptr);
         _mm512_storeu_ps(S + j * G, _mm512_mul_ps(sum16(acc), scale));
       }
     }
@@ -174,30 +181,33 @@ void softmax(int64_t rows, float* S, float* inv) {
   _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), s8));
 }
 
-// ctx[h] = sum_j p[j, h] c_j, 16 rows at a time; per block, every group in
-// strips of 32 columns with its 8 heads' accumulators in registers.
+// ctx[h] = sum_j p[j, h] c_j, 16 rows at a time; per block, strips of 32
+// columns, and per strip every group with its 8 heads' accumulators in
+// registers: the strip's 2 KiB of rows stay hot in L1 for all groups while
+// the accumulators come and go from L2.
 void context(const MlaItem& it) {
   const int64_t C = it.latent, groups = groups_of(it);
   for (int64_t h = 0; h < groups * G; ++h)
     for (int64_t c = 0; c < it.ld; c += 16) _mm512_store_ps(it.ctx + h * it.ld + c, _mm512_setzero_ps());
   for (int64_t j0 = 0; j0 < it.rows; j0 += kCtxRows) {
     const int64_t j1 = j0 + kCtxRows < it.rows ? j0 + kCtxRows : it.rows;
-    for (int64_t grp = 0; grp < groups; ++grp) {
-      float* ctx = it.ctx + grp * G * it.ld;
-      const float* S = it.scores + grp * rows2(it) * G;
-      for (int64_t c = 0; c < C; c += 32) {
-        const __mmask16 m0 = lanes(C - c), m1 = lanes(C - c - 16);
+    for (int64_t c = 0; c < C; c += 32) {
+      const __mmask16 m0 = lanes(C - c), m1 = lanes(C - c - 16);
+      for (int64_t grp = 0; grp < groups; ++grp) {
+        float* ctx = it.ctx + grp * G * it.ld + c;
+        const float* S = it.scores + grp * rows2(it) * G;
         __m512 acc[2 * G];
 #pragma GCC unroll 8
         for (int h = 0; h < G; ++h) {
-          acc[2 * h] = _mm512_load_ps(ctx + h * it.ld + c);
-          acc[2 * h + 1] = _mm512_load_ps(ctx + h * it.ld + c + 16);
+          acc[2 * h] = _mm512_load_ps(ctx + h * it.ld);
+          acc[2 * h + 1] = _mm512_load_ps(ctx + h * it.ld + 16);
         }
         for (int64_t j = j0; j < j1; ++j) {
           const float* row = it.latent_cache + j * C + c;
-          // The next block's strip into L2 (L1 holds this block).
-          _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C), _MM_HINT_T1);
-          _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C + 16), _MM_HINT_T1);
+          if (grp == 0) {  // the next block's strip into L2
+            _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C + 16), _MM_HINT_T1);
+          }
           const __m512 l0 = _mm512_maskz_loadu_ps(m0, row), l1 = _mm512_maskz_loadu_ps(m1, row + 16);
           const float* p = S + j * G;
 #pragma GCC unroll 8
@@ -209,8 +219,8 @@ void context(const MlaItem& it) {
         }
 #pragma GCC unroll 8
         for (int h = 0; h < G; ++h) {
-          _mm512_store_ps(ctx + h * it.ld + c, acc[2 * h]);
-          _mm512_store_ps(ctx + h * it.ld + c + 16, acc[2 * h + 1]);
+          _mm512_store_ps(ctx + h * it.ld, acc[2 * h]);
+          _mm512_store_ps(ctx + h * it.ld + 16, acc[2 * h + 1]);
         }
       }
     }
