@@ -88,14 +88,14 @@ inline __m512 sum16(const __m512 (&v)[16]) {
 __attribute__((always_inline)) inline void dots_8x2(__m512 (&acc)[16], const float* q, int64_t ldq,
                                                     const float* row0, const float* row1, int64_t n,
                                                     const float* pf, const float* pf2) {
-  for (int64_t k = 0; k < n; k += 16) {
+  // Full chunks unmasked (no mask to rebuild per chunk), then one masked tail.
+  auto chunk = [&](int64_t k, __mmask16 m) __attribute__((always_inline)) {
     _mm_prefetch(reinterpret_cast<const char*>(pf + k), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(pf + n + k), _MM_HINT_T0);
     if (pf2) {
       _mm_prefetch(reinterpret_cast<const char*>(pf2 + k), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(pf2 + n + k), _MM_HINT_T1);
     }
-    const __mmask16 m = lanes(n - k);
     const __m512 r0 = _mm512_maskz_loadu_ps(m, row0 + k), r1 = _mm512_maskz_loadu_ps(m, row1 + k);
 #pragma GCC unroll 8
     for (int h = 0; h < G; ++h) {
@@ -103,7 +103,10 @@ __attribute__((always_inline)) inline void dots_8x2(__m512 (&acc)[16], const flo
       acc[h] = _mm512_fmadd_ps(qv, r0, acc[h]);
       acc[G + h] = _mm512_fmadd_ps(qv, r1, acc[G + h]);
     }
-  }
+  };
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) chunk(k, 0xFFFF);
+  if (k < n) chunk(k, lanes(n - k));
 }
 
 // scores[grp][j * 8 + h] for all rows; an odd last row is paired with
