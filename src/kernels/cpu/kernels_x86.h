@@ -149,8 +149,8 @@ struct MlaItem {
   int64_t rows;                   // cache rows the token sees (its position + 1)
   float* o;                       // [heads, v]
   // Scratch, 64-byte aligned, written before it is read (8g = groups * kMlaGroup):
-  float* q_abs;                   // [8g, ld]   W_UK^T q_nope per head
-  float* q_rope;                  // [8g, ldr]  the query's RoPE half per head
+  float* q_abs;                   // [8g, ld]   W_UK^T q_nope per head (order within: the ISA file's)
+  float* q_rope;                  // [8g, ldr]  the query's RoPE half per head (likewise)
   float* ctx;                     // [8g, ld]   sum_j p_j c_j per head
   float* scores;                  // [groups, rows rounded up to 2, kMlaGroup]
   float* inv_sum;                 // [8g]       1 / softmax denominator per head

@@ -54,6 +54,14 @@ constexpr int64_t kCtxRows = 16;
 inline int64_t groups_of(const MlaItem& it) { return (it.heads + G - 1) / G; }
 inline int64_t rows2(const MlaItem& it) { return (it.rows + 1) / 2 * 2; }
 
+// This file keeps q_abs [8g, ld] and q_rope [8g, ldr] chunk-interleaved per
+// group: group b's block of 8 ld floats holds chunk 0 (16 floats) of heads
+// 0..7, then chunk 1 of heads 0..7, ..., so the score tile finds its 8
+// query vectors at fixed offsets from one pointer. Head h's chunk kc:
+inline float* q_slot(float* base, int64_t ld, int64_t h, int64_t kc) {
+  return base + (h / G) * G * ld + kc * (G * 16) + (h % G) * 16;
+}
+
 inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? 0 : __mmask16((1u << n) - 1); }
 
 // Lane i = the sum of v[i]'s 16 lanes: a transposing tree of 30 shuffles
@@ -77,17 +85,19 @@ inline __m512 sum16(const __m512 (&v)[16]) {
   return _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], 0x88), _mm512_shuffle_ps(s[0], s[1], 0xDD));
 }
 
-// acc[r * 8 + h] += q_h . row_r over n floats: 8 query vectors (stride ldq)
-// against 2 rows (row0, row1). The rows are loaded once per chunk and
-// shared by the 8 heads.
+// acc[r * 8 + h] += q_h . row_r over n floats: a group's 8 query vectors
+// (chunk-interleaved, see q_slot) against 2 rows (row0, row1). The rows are
+// loaded once per chunk and shared by the 8 heads; each query chunk is loaded
+// once into a register and used for both rows (the empty asm keeps GCC from
+// folding it into both FMAs as a memory operand, which loads it twice).
 // pf: the next row pair (rows 2 apart, n floats each), prefetched into L1
 // in step with the loads (the hardware prefetchers left the tile waiting on
 // L2: the row loads were the hot spot); pf2, unless null, a pair of the next
 // block, prefetched into L2 (the first group's pass over a block otherwise
 // waits on L3).
-__attribute__((always_inline)) inline void dots_8x2(__m512 (&acc)[16], const float* q, int64_t ldq,
-                                                    const float* row0, const float* row1, int64_t n,
-                                                    const float* pf, const float* pf2) {
+__attribute__((always_inline)) inline void dots_8x2(__m512 (&acc)[16], const float* q, const float* row0,
+                                                    const float* row1, int64_t n, const float* pf,
+                                                    const float* pf2) {
   // Full chunks unmasked (no mask to rebuild per chunk), then one masked tail.
   auto chunk = [&](int64_t k, __mmask16 m) __attribute__((always_inline)) {
     _mm_prefetch(reinterpret_cast<const char*>(pf + k), _MM_HINT_T0);
@@ -97,9 +107,11 @@ __attribute__((always_inline)) inline void dots_8x2(__m512 (&acc)[16], const flo
       _mm_prefetch(reinterpret_cast<const char*>(pf2 + n + k), _MM_HINT_T1);
     }
     const __m512 r0 = _mm512_maskz_loadu_ps(m, row0 + k), r1 = _mm512_maskz_loadu_ps(m, row1 + k);
+    const float* qk = q + k * G;  // chunk k / 16 of the 8 heads, 16 floats each
 #pragma GCC unroll 8
     for (int h = 0; h < G; ++h) {
-      const __m512 qv = _mm512_maskz_loadu_ps(m, q + h * ldq + k);
+      __m512 qv = _mm512_maskz_loadu_ps(m, qk + h * 16);
+      __asm__("" : "+v"(qv));
       acc[h] = _mm512_fmadd_ps(qv, r0, acc[h]);
       acc[G + h] = _mm512_fmadd_ps(qv, r1, acc[G + h]);
     }
@@ -125,9 +137,9 @@ void scores(const MlaItem& it) {
         __m512 acc[16];
         for (__m512& a : acc) a = _mm512_setzero_ps();
         const bool first = grp == 0;
-        dots_8x2(acc, qa, it.ld, it.latent_cache + j * C, it.latent_cache + j1 * C, C,
+        dots_8x2(acc, qa, it.latent_cache + j * C, it.latent_cache + j1 * C, C,
                  it.latent_cache + (j + 2) * C, first ? it.latent_cache + (j + kScoreRows) * C : nullptr);
-        dots_8x2(acc, qr, it.ldr, it.k_rope_cache + j * R, it.k_rope_cache + j1 * R, R,
+        dots_8x2(acc, qr, it.k_rope_cache + j * R, it.k_rope_cache + j1 * R, R,
                  it.k_rope_cache + (j + 2) * R, first ? it.k_rope_cache + (j + kScoreRows) * R : nullptr);
         _mm512_storeu_ps(S + j * G, _mm512_mul_ps(sum16(acc), scale));
       }
@@ -237,16 +249,15 @@ void absorb_query(const MlaItem& it) {
   const MlaItem& g = it;
   const int64_t C = g.latent, N = g.nope, R = g.rope;
   for (int64_t h = 0; h < groups_of(it) * G; ++h) {
-    float* qa = g.q_abs + h * g.ld;
-    float* qr = g.q_rope + h * g.ldr;
     if (h >= g.heads) {
-      for (int64_t c = 0; c < g.ld; c += 16) _mm512_store_ps(qa + c, _mm512_setzero_ps());
-      for (int64_t c = 0; c < g.ldr; c += 16) _mm512_store_ps(qr + c, _mm512_setzero_ps());
+      for (int64_t kc = 0; kc < g.ld / 16; ++kc) _mm512_store_ps(q_slot(g.q_abs, g.ld, h, kc), _mm512_setzero_ps());
+      for (int64_t kc = 0; kc < g.ldr / 16; ++kc)
+        _mm512_store_ps(q_slot(g.q_rope, g.ldr, h, kc), _mm512_setzero_ps());
       continue;
     }
     const float* qh = g.q + h * g.q_stride;
-    for (int64_t c = 0; c < g.ldr; c += 16)
-      _mm512_store_ps(qr + c, _mm512_maskz_loadu_ps(lanes(R - c), qh + N + c));
+    for (int64_t kc = 0; kc < g.ldr / 16; ++kc)
+      _mm512_store_ps(q_slot(g.q_rope, g.ldr, h, kc), _mm512_maskz_loadu_ps(lanes(R - 16 * kc), qh + N + 16 * kc));
     const float* wk = g.kv_b + h * (N + g.v) * C;
     for (int64_t c = 0; c < C; c += 128) {
       __m512 acc[8];
@@ -258,7 +269,8 @@ void absorb_query(const MlaItem& it) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) acc[k] = _mm512_fmadd_ps(qi, _mm512_maskz_loadu_ps(m[k], w + 16 * k), acc[k]);
       }
-      for (int k = 0; k < 8; ++k) _mm512_mask_storeu_ps(qa + c + 16 * k, m[k], acc[k]);
+      for (int k = 0; k < 8; ++k)
+        if (c + 16 * k < C) _mm512_mask_storeu_ps(q_slot(g.q_abs, g.ld, h, c / 16 + k), m[k], acc[k]);
     }
   }
 }
