@@ -63,7 +63,8 @@ __attribute__((always_inline)) inline void dots_4x2(__m256 (&acc)[8], const floa
     const __m256 r0 = _mm256_loadu_ps(row0 + k), r1 = _mm256_loadu_ps(row1 + k);
 #pragma GCC unroll 4
     for (int h = 0; h < 4; ++h) {
-      const __m256 qv = _mm256_loadu_ps(q + h * ldq + k);
+      __m256 qv = _mm256_loadu_ps(q + h * ldq + k);
+      __asm__("" : "+x"(qv));  // one load for both FMAs, not a memory operand in each (mla_avx512.cpp)
       acc[h] = _mm256_fmadd_ps(qv, r0, acc[h]);
       acc[4 + h] = _mm256_fmadd_ps(qv, r1, acc[4 + h]);
     }
