@@ -1,10 +1,10 @@
 // mla_attend_cpu (model/deepseek_v3_attention.h) on every ISA path against a
 // double-precision evaluation of the absorbed formula written out here, on
-// awkward shapes (3, 5 and 64 heads; C 48 and 512; r, n, v not multiples of
-// the vector width) and cache lengths 1 .. 1000, fed as decode steps and as
-// prefill chunks at nonzero positions; plus the batch invariance the model
-// relies on (a token alone == in a chunk, 1 thread == 3, bitwise) and the
-// AVX2 and AVX-512 paths against each other.
+// awkward shapes (3, 5, 7, 9 and 64 heads; C 20, 24, 48 and 512; r, n, v not
+// multiples of the vector width) and cache lengths 1 .. 1001, fed as decode
+// steps and as prefill chunks at zero and nonzero positions; plus the batch
+// invariance the model relies on (a token alone == in a chunk, 1 thread ==
+// 3, bitwise) and the AVX2 and AVX-512 paths against each other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -159,6 +159,9 @@ std::vector<Case> cases() {
       {{5, 24, 64, 17, 512, 0.1f}, 999, {1, 1}},
       // C not a multiple of 16 or 8 (24), r 8, 7 heads: the tails of every loop.
       {{7, 12, 8, 10, 24, 0.29f}, 30, {4}},
+      // 9 heads (a full group and a 1-head one), C 20, r 6, n 5, v 3: a
+      // 5-token prefill from position 0, then 2 decode steps.
+      {{9, 5, 6, 3, 20, 0.4f}, 0, {5, 1, 1}},
   };
 }
 
