@@ -61,9 +61,16 @@ void attend_simd(void (*item_fn)(const x86::MlaItem&), const MlaShape& s, const 
   const int64_t splits = std::max<int64_t>(1, (threads + seq.count - 1) / seq.count);
   const int64_t slice = std::min(round_up(H, G), round_up((H + splits - 1) / splits, G));
   const int64_t slices = (H + slice - 1) / slice, groups = slice / G;
-  pool_for(pool, seq.count * slices, 1, [&](int64_t a, int64_t b) {
-    // Items are token-major, so the range's last token sees the most rows.
-    const int64_t rows_max = seq.position + (b - 1) / slices + 1;
+  const int64_t items = seq.count * slices;
+  // Thread i takes items i, i + n, i + 2n, ...: in a prefill chunk later
+  // tokens see more rows, so contiguous ranges would leave the first thread
+  // with the cheap early tokens (3:1 for a chunk from position 0); dealt
+  // round-robin, every thread gets the same mix.
+  auto work = [&](int64_t first, int64_t step) {
+    if (first >= items) return;
+    // Items are token-major: the thread's last item's token sees the most rows.
+    const int64_t last = first + (items - 1 - first) / step * step;
+    const int64_t rows_max = seq.position + last / slices + 1;
     const int64_t floats = slice * (2 * ld + ldr + 16) + groups * round_up(rows_max, 2) * G;
     std::vector<float> buf(size_t(floats + 16));
     float* base = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;
@@ -72,7 +79,7 @@ void attend_simd(void (*item_fn)(const x86::MlaItem&), const MlaShape& s, const 
     it.latent_cache = L, it.k_rope_cache = KR, it.ld = ld, it.ldr = ldr;
     it.q_abs = base, it.ctx = base + slice * ld, it.q_rope = base + 2 * slice * ld;
     it.inv_sum = it.q_rope + slice * ldr, it.scores = it.inv_sum + slice * 16;
-    for (int64_t item = a; item < b; ++item) {
+    for (int64_t item = first; item < items; item += step) {
       const int64_t t = item / slices, h0 = item % slices * slice;
       it.heads = std::min(slice, H - h0);
       it.q = q + t * H * qw + h0 * qw;
@@ -81,7 +88,9 @@ void attend_simd(void (*item_fn)(const x86::MlaItem&), const MlaShape& s, const 
       it.o = o + t * H * Vd + h0 * Vd;
       item_fn(it);
     }
-  });
+  };
+  if (!pool || pool->size() <= 1 || items < 2) work(0, 1);
+  else pool->run([&](int i, int n) { work(i, n); });
 }
 
 }  // namespace
