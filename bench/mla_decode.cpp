@@ -5,7 +5,7 @@
 // ran before the head-blocked SIMD kernels) and thread count. Built with the
 // project (target mla_decode_bench):
 //   build/release/mla_decode_bench [--contexts 1024,8192,32768] [--threads 1,2]
-//       [--isa ref,avx2,avx512] [--models kimi,dsv3] [--reps 7] [--copies 1]
+//       [--isa ref,avx2,avx512] [--models kimi,dsv3] [--reps 7] [--copies 1] [--tokens 1]
 // Each row: ms per token per layer (median and best of --reps calls after a
 // warm-up), GFLOP/s of the median (2 flop per multiply-add of the absorbed
 // formula: H (n C + T (C + r) + T C + v C)), that against the FMA peak
@@ -16,6 +16,8 @@
 // really had a core, which other jobs on the machine do not inflate. --copies K cycles the
 // calls through K independent layers (cache + kv_b each) so that, with K
 // large enough, the data comes from DRAM instead of the last-level cache.
+// --tokens P feeds a prefill chunk of P tokens ending at position T - 1 per
+// call instead of one token (times are then per call, not per token).
 //
 // GCC 12's _mm512_reduce_add_ps builds on _mm256_undefined_pd(), whose
 // self-initialisation trips -Wuninitialized (a known false positive).
@@ -88,7 +90,7 @@ std::string loadavg() {
 
 struct Layer {
   std::vector<float> kv_b;  // [H (n + v), C]
-  MlaCache cache;           // T - 1 rows before the call
+  MlaCache cache;           // T - tokens rows before the call
 };
 
 }  // namespace
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> contexts = {"1024", "8192", "32768"}, threads = {"1", "2"},
                            isas = {"ref", "avx2", "avx512"}, models = {"kimi", "dsv3"};
   int reps = 7, copies = 1;
+  int64_t tokens = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--contexts") contexts = split(v);
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
     else if (k == "--models") models = split(v);
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--copies") copies = std::atoi(v.c_str());
+    else if (k == "--tokens") tokens = std::atoll(v.c_str());
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -132,10 +136,10 @@ int main(int argc, char** argv) {
         for (float& x : l.cache.latent) x = nd(rng);
         for (float& x : l.cache.k_rope) x = nd(rng);
       }
-      std::vector<float> q(size_t(H * (N + R))), o(size_t(H * V));
+      std::vector<float> q(size_t(tokens * H * (N + R))), o(size_t(tokens * H * V));
       for (float& x : q) x = nd(rng);
-      const std::vector<float> lat_new(layers[0].cache.latent.end() - C, layers[0].cache.latent.end());
-      const std::vector<float> kr_new(layers[0].cache.k_rope.end() - R, layers[0].cache.k_rope.end());
+      const std::vector<float> lat_new(layers[0].cache.latent.end() - tokens * C, layers[0].cache.latent.end());
+      const std::vector<float> kr_new(layers[0].cache.k_rope.end() - tokens * R, layers[0].cache.k_rope.end());
       for (const std::string& isa_name : isas) {
         const CpuIsa isa = parse_cpu_isa(isa_name);
         for (const std::string& th : threads) {
@@ -144,9 +148,9 @@ int main(int argc, char** argv) {
           std::vector<double> ms, cpu;
           for (int r = 0; r <= reps; ++r) {
             Layer& l = layers[size_t(r % copies)];
-            l.cache.latent.resize(size_t((T - 1) * C));  // shrinking keeps the capacity: no reallocation
-            l.cache.k_rope.resize(size_t((T - 1) * R));
-            const MlaSeq seq{&l.cache, 1, T - 1};
+            l.cache.latent.resize(size_t((T - tokens) * C));  // shrinking keeps the capacity: no reallocation
+            l.cache.k_rope.resize(size_t((T - tokens) * R));
+            const MlaSeq seq{&l.cache, tokens, T - tokens};
             const double c0 = thread_seconds();
             const auto t0 = std::chrono::steady_clock::now();
             mla_attend_cpu(s, l.kv_b.data(), seq, q.data(), lat_new.data(), kr_new.data(), o.data(), &pool, isa);
@@ -158,7 +162,9 @@ int main(int argc, char** argv) {
           std::sort(ms.begin(), ms.end());
           std::sort(cpu.begin(), cpu.end());
           const double med = ms[ms.size() / 2], best = ms[0];
-          const double flop = 2.0 * double(H) * double(N * C + T * (C + R) + T * C + V * C);
+          double flop = 0;  // token t of the chunk sees T - tokens + t + 1 rows
+          for (int64_t t = 0; t < tokens; ++t)
+            flop += 2.0 * double(H) * double(N * C + (T - tokens + t + 1) * (2 * C + R) + V * C);
           const double gflops = flop / (med * 1e6);
           const double cache_mb = double(T * (C + R) * 4) / 1e6, kvb_mb = double(H * (N + V) * C * 4) / 1e6;
           std::printf("  %-5s %6lld %-6s %3d %9.3f %9.3f %8.1f %6.1f%% %8.3f %9.2f %9.2f %7.1f %10.1f  %s\n",
