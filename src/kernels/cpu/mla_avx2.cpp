@@ -22,7 +22,7 @@ namespace {
 constexpr int G = int(kMlaGroup);
 static_assert(G == 8, "the score tile covers the group in two halves of 4 heads");
 constexpr int64_t kScoreRows = 64;  // as in mla_avx512.cpp: 64 rows of C + r = 576 sit in L2
-constexpr int64_t kCtxRows = 16;    // as in mla_avx512.cpp: 16 rows of C = 512 fit L1
+constexpr int64_t kCtxRows = 16;    // as in mla_avx512.cpp: accumulators reloaded once per 16 rows
 
 inline int64_t groups_of(const MlaItem& it) { return (it.heads + G - 1) / G; }
 inline int64_t rows2(const MlaItem& it) { return (it.rows + 1) / 2 * 2; }

@@ -9,8 +9,9 @@
 //                                                every group of 8 heads passes
 //                                                over a block before the next
 //   softmax  in place over j, per head
-//   ctx      [8g, C]  = sum_j p_j c_j            blocks of 16 rows (32 KiB, in
-//                                                L1), every group over each
+//   ctx      [8g, C]  = sum_j p_j c_j            blocks of 16 rows, strips of 32
+//                                                columns, every group over
+//                                                each strip while it is in L1
 //   o        [8g, v]  = W_UV_h ctx_h / sum_h     reads W_UV
 // so a token's item reads the cache from memory twice, and each cache row
 // loaded into registers serves 8 heads.
@@ -47,8 +48,9 @@ static_assert(G == 8, "the score tile maps 8 heads x 2 rows onto 16 lanes");
 // Cache rows per score block (even): 64 rows of C + r = 576 floats (147 KiB)
 // stay in L2 while the item's groups pass over them.
 constexpr int64_t kScoreRows = 64;
-// Cache rows per ctx block: 16 rows of C = 512 floats (32 KiB) stay in L1
-// while the groups' column strips pass over them.
+// Cache rows per ctx block: a group's accumulators are loaded and stored
+// once per block and strip, i.e. once per 16 rows x 16 FMAs; the block's
+// 16 x 32-column strip (2 KiB) stays in L1 while every group passes over it.
 constexpr int64_t kCtxRows = 16;
 
 inline int64_t groups_of(const MlaItem& it) { return (it.heads + G - 1) / G; }
