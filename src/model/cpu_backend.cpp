@@ -130,7 +130,8 @@ void CpuBackend::silu_mul(Tensor gate, Tensor up, Tensor out) {
 
 void CpuBackend::mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent,
                             Tensor k_rope, Tensor o) {
-  mla_attend_cpu(s, kv_b, seq, q.data, latent.data, k_rope.data, o.data, pool_);
+  if (mla_isa_) mla_attend_cpu(s, kv_b, seq, q.data, latent.data, k_rope.data, o.data, pool_, *mla_isa_);
+  else mla_attend_cpu(s, kv_b, seq, q.data, latent.data, k_rope.data, o.data, pool_);
 }
 
 }  // namespace nibble

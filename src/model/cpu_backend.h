@@ -5,8 +5,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "model/backend.h"
 #include "util/thread_pool.h"
 
@@ -14,7 +16,10 @@ namespace nibble {
 
 class CpuBackend : public Backend {
  public:
-  CpuBackend(ThreadPool* pool, ForwardProfile* profile) : pool_(pool), profile_(profile) {}
+  // mla_isa: the path mla_attend runs (deepseek_v3_attention.h); unset, the
+  // host's best.
+  CpuBackend(ThreadPool* pool, ForwardProfile* profile, std::optional<CpuIsa> mla_isa = std::nullopt)
+      : pool_(pool), profile_(profile), mla_isa_(mla_isa) {}
   const char* name() const override { return "cpu"; }
   ForwardProfile* profile() const override { return profile_; }
 
@@ -57,6 +62,7 @@ class CpuBackend : public Backend {
  private:
   ThreadPool* pool_;
   ForwardProfile* profile_;
+  std::optional<CpuIsa> mla_isa_;
   // The workspace: buffers handed out in order and reused by later steps;
   // they only grow, so steady-state decode allocates nothing here.
   std::vector<std::vector<float>> buffers_;

@@ -15,18 +15,30 @@
 //   sum_j p_j (W_UV_h c_j) = W_UV_h (sum_j p_j c_j)       ctx [C], once per (t, h)
 // so the cache keeps c_j and kr_j only: (C + r) floats per token per layer
 // (576 for DeepSeek-V3 / Kimi K2, against 2 * 128 * (128 + 64) expanded),
-// and a decode step reads them once per head instead of expanding every past
-// key. Per (t, h) it costs n*C (q_abs) + T*(C + r) (scores) + T*C (ctx) + v*C
-// multiply-adds. The result differs from transformers' only by f32 rounding
-// order: each product is reassociated over sums of length n, C or T.
+// and no past key is ever expanded. Per (t, h) it costs n*C (q_abs) +
+// T*(C + r) (scores) + T*C (ctx) + v*C multiply-adds. The result differs
+// from transformers' only by f32 rounding order: each product is
+// reassociated over sums of length n, C or T.
+//
+// How the CPU runs it (docs/deepseek_v3.md, "Decode attention cost"): the
+// SIMD kernels (kernels/cpu/mla_avx512.cpp, mla_avx2.cpp) take one work item
+// per (token, slice of heads) and pass the cache in row blocks that every
+// group of 8 heads of the slice reuses from L2 / L1, in register tiles of 8
+// heads x 2 rows (scores) and 8 heads x 32 columns (ctx): a token reads the
+// cache twice per slice instead of twice per head. The portable path keeps
+// one item per (token, head).
 //
 // The RoPE half of q and kr is rotated in DeepSeek's interleaved pairs
 // (rope_interleave: transformers rotates pairs (2i, 2i+1) and stores them
 // de-interleaved; the dot products over q and k are the same either way).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
 
 namespace nibble {
 
@@ -42,11 +54,27 @@ struct MlaShape {
   int64_t q_width() const { return nope + rope; }
 };
 
+// Storage on 64-byte boundaries: with C and r multiples of 16 (512 and 64
+// as published) every cache row then starts a cache line, and the SIMD
+// kernels' 64-byte row loads never straddle two (a large std::vector's data
+// sits 16 bytes into a line: ~5% slower in a micro-benchmark).
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding, as allocators must
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+};
+
 // One layer's cache of one sequence: every fed position's latent (after
 // kv_a_layernorm) and RoPE'd shared key, f32.
 struct MlaCache {
-  std::vector<float> latent;  // [positions, C]
-  std::vector<float> k_rope;  // [positions, r]
+  std::vector<float, CacheLineAllocator<float>> latent;  // [positions, C]
+  std::vector<float, CacheLineAllocator<float>> k_rope;  // [positions, r]
   int64_t rows(int64_t c) const { return c > 0 ? int64_t(latent.size()) / c : 0; }
   uint64_t bytes() const { return sizeof(float) * (latent.capacity() + k_rope.capacity()); }
 };
@@ -62,6 +90,15 @@ struct MlaSeq {
 // Appends latent [count, C] and k_rope [count, r] (RoPE'd) to the cache,
 // then o [count, H*v] = absorbed attention of q [count, H*(n+r)] (its RoPE
 // half RoPE'd) over the cache. kv_b: kv_b_proj as f32 [H*(n+v), C].
+// Runs the SIMD kernels of `isa` (kernels/cpu/mla_*.cpp: one work item per
+// token and slice of heads, each cache row loaded into registers once per
+// group of 8 heads) or, for CpuIsa::ref, the portable loop (one item per
+// token and head). Either way a token's output does not depend on the other
+// tokens of the step nor on the thread count. Throws for an ISA this CPU
+// cannot run.
+void mla_attend_cpu(const MlaShape& s, const float* kv_b, const MlaSeq& seq, const float* q, const float* latent,
+                    const float* k_rope, float* o, ThreadPool* pool, CpuIsa isa);
+// The same with the best ISA this CPU has.
 void mla_attend_cpu(const MlaShape& s, const float* kv_b, const MlaSeq& seq, const float* q, const float* latent,
                     const float* k_rope, float* o, ThreadPool* pool);
 

@@ -126,4 +126,38 @@ void int4_int8_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint
                          int64_t t0, const RowsOut& out);
 void swiglu_avx2(float* g, const float* u, int64_t n, float limit);
 
+// ---- MLA attention (mla_avx2.cpp, mla_avx512.cpp) ---------------------------
+// One work item of the absorbed latent attention (model/deepseek_v3_attention.h):
+// one token's query against cache rows [0, rows) for `heads` heads, taken in
+// groups of kMlaGroup that share every cache row they load (register tiles),
+// and blocks of cache rows that stay in L2 while all the item's groups pass
+// over them, so an item reads the cache from memory twice (scores, ctx)
+// whatever its head count. Every head's sums run in the same order whatever
+// the other heads of its item and group (each head has its own lanes and
+// accumulators, reduced by a fixed tree), so a head's output does not depend
+// on how heads are grouped into items, on the batch or on the threads.
+constexpr int64_t kMlaGroup = 8;
+struct MlaItem {
+  int64_t latent, rope, nope, v;  // C, r, n, v
+  int64_t heads;                  // heads of this item (>= 1); groups = ceil(heads / kMlaGroup)
+  float scale;                    // softmax scale
+  const float* q;                 // head i's [nope | rope] at q + i * q_stride (RoPE'd)
+  int64_t q_stride;               // n + r
+  const float* kv_b;              // head i's W_UK [n, C] at kv_b + i (n + v) C, its W_UV [v, C] after it
+  const float* latent_cache;      // [rows, C]
+  const float* k_rope_cache;      // [rows, r]
+  int64_t rows;                   // cache rows the token sees (its position + 1)
+  float* o;                       // [heads, v]
+  // Scratch, 64-byte aligned, written before it is read (8g = groups * kMlaGroup):
+  float* q_abs;                   // [8g, ld]   W_UK^T q_nope per head (order within: the ISA file's)
+  float* q_rope;                  // [8g, ldr]  the query's RoPE half per head (likewise)
+  float* ctx;                     // [8g, ld]   sum_j p_j c_j per head
+  float* scores;                  // [groups, rows rounded up to 2, kMlaGroup]
+  float* inv_sum;                 // [8g]       1 / softmax denominator per head
+  int64_t ld;                     // C rounded up to 32
+  int64_t ldr;                    // r rounded up to 16
+};
+void mla_item_avx512(const MlaItem& it);
+void mla_item_avx2(const MlaItem& it);
+
 }  // namespace nibble::x86
