@@ -1,9 +1,10 @@
 // A tiny Kimi K2-layout model that runs as text: fixture dsv3/kimi_int4's
 // layers (DeepseekV3ForCausalLM, compressed-tensors INT4 experts) with its
 // embedding and head regrown to the Kimi tokenizer fixture's 20,256 ids
-// (tokenizer/kimi: Kimi's first 20,000 ranks, its pre-tokenizer pattern and
-// its special tokens at 20,000 .. 20,255, as tools/gen_kimi_tokenizer.py
-// wrote them), the tokenizer files beside it. For the CLI's and the
+// (tokenizer/kimi, written by tools/gen_kimi_tokenizer.py: o200k_base's
+// lowest 20,000 ranks (Kimi's own file was not downloadable there), with Kimi's
+// pre-tokenizer pattern and its special tokens at 20,000 .. 20,255), the
+// tokenizer files beside it. For the CLI's and the
 // server's Kimi tests (tests/model/kimi_text_test.cpp, tests/server/).
 #pragma once
 
