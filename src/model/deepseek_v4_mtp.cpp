@@ -46,30 +46,7 @@ void DeepseekV4Model::draft_step(std::span<const DraftStep> batch) const {
 void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) const {
   const MtpWeights& m = w_.mtp[0];
   const int64_t N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
-  std::vector<int32_t> ids;
-  std::vector<int64_t> positions;
-  std::vector<int64_t> logit_rows;
-  std::vector<float*> logit_out;
-  std::vector<int64_t> hidden_rows;   // the last row of each sequence whose hidden_out is wanted
-  std::vector<float*> hidden_out;
-  for (const DraftPart& p : parts) {
-    const int64_t first = int64_t(ids.size()), n_seq = int64_t(p.seq->tokens.size());
-    for (int64_t t = 0; t < p.count; ++t) {
-      const int64_t j = p.from + t;
-      ids.push_back(p.seq->tokens[size_t(j)]);
-      positions.push_back(p.st->position_ + t);
-      const bool all = p.seq->rows == LogitRows::all;
-      const bool last = j == n_seq - 1;
-      if (all || (last && p.seq->rows == LogitRows::last)) {
-        logit_rows.push_back(first + t);
-        logit_out.push_back(p.seq->logits + (all ? j * V : 0));
-      }
-      if (last && p.seq->hidden_out) {
-        hidden_rows.push_back(first + t);
-        hidden_out.push_back(p.seq->hidden_out);
-      }
-    }
-  }
+  auto [ids, positions, logit_rows, logit_out, hidden_rows, hidden_out] = lay_out_draft_step(parts, V);
   const int64_t n = int64_t(ids.size());
   Backend& be = *backend_;
   if (profile_) profile_->begin_step(n == int64_t(parts.size()), n);

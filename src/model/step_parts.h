@@ -131,6 +131,43 @@ struct DraftStepPart {
   int64_t from, count;
 };
 
+// A draft sub-step's rows laid out sequence after sequence, as the draft
+// forwards take them: ids (each row's next token) and positions [T], the
+// rows whose logits are wanted and where they go ([V] per row), and the
+// last row of each sequence that asked for hidden_out, with its buffer.
+struct DraftTokens {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;
+  std::vector<int64_t> logit_rows;
+  std::vector<float*> logit_out;
+  std::vector<int64_t> hidden_rows;
+  std::vector<float*> hidden_out;
+};
+
+template <class State>
+DraftTokens lay_out_draft_step(std::span<const DraftStepPart<State>> parts, int64_t vocab_size) {
+  DraftTokens out;
+  for (const DraftStepPart<State>& p : parts) {
+    const int64_t first = int64_t(out.ids.size()), n_seq = int64_t(p.seq->tokens.size());
+    for (int64_t t = 0; t < p.count; ++t) {
+      const int64_t j = p.from + t;
+      out.ids.push_back(p.seq->tokens[size_t(j)]);
+      out.positions.push_back(p.st->position() + t);
+      const bool all = p.seq->rows == LogitRows::all;
+      const bool last = j == n_seq - 1;
+      if (all || (last && p.seq->rows == LogitRows::last)) {
+        out.logit_rows.push_back(first + t);
+        out.logit_out.push_back(p.seq->logits + (all ? j * vocab_size : 0));
+      }
+      if (last && p.seq->hidden_out) {
+        out.hidden_rows.push_back(first + t);
+        out.hidden_out.push_back(p.seq->hidden_out);
+      }
+    }
+  }
+  return out;
+}
+
 // The model-independent checks of draft entry `i` of `batch`, whose state is
 // at `position`: not twice in the step, token ids in the vocabulary, hidden
 // rows for the tokens, room in the context, logits and hidden_out asked for
