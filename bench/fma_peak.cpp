@@ -5,8 +5,17 @@
 //   g++ -O2 -o /tmp/fma_peak bench/fma_peak.cpp && /tmp/fma_peak
 // Zen 4 (2026-12-01): 3.66 GHz, 117 GFLOP/s for zmm and ymm alike (two
 // 256-bit FMA pipes; a 512-bit FMA takes both), i.e. 32 flop/cycle.
+// Where the CPU has AMX-BF16 (and Linux grants the tile state), also the
+// tile unit's TDPBF16PS peak: 4 independent 16 x 16 accumulators, operands
+// in tile registers; the exact kernels (linear_amx.cpp) run three tile
+// products per weight tile, so a third of it is their ceiling.
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <cpuid.h>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 static double now() { timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 #define DECL(T, set) T a0=set(1.f),a1=set(1.1f),a2=set(1.2f),a3=set(1.3f),a4=set(1.4f),a5=set(1.5f),a6=set(1.6f),a7=set(1.7f),a8=set(1.8f),a9=set(1.9f),a10=set(2.f),a11=set(2.1f);
@@ -36,7 +45,33 @@ double clock_ghz(long n) {
   for (long k = 0; k < n; ++k) __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
   return 4.0 * n / (now() - t0) / 1e9;
 }
+bool amx_here() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;  // ARCH_REQ_XCOMP_PERM, XTILEDATA
+}
+__attribute__((target("amx-tile,amx-bf16"))) double amx(long n) {
+  struct alignas(64) { uint8_t palette, start, res[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg{};
+  cfg.palette = 1;
+  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
+  _tile_loadconfig(&cfg);
+  alignas(64) static uint16_t ones[512];
+  for (uint16_t& v : ones) v = 0x3F80;  // 1.0
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  _tile_loadd(4, ones, 64); _tile_loadd(5, ones, 64); _tile_loadd(6, ones, 64); _tile_loadd(7, ones, 64);
+  double t0 = now();
+  for (long k = 0; k < n; ++k) {
+    _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+  }
+  double dt = now() - t0;
+  _tile_release();
+  return 4.0 * n * 16 * 16 * 32 * 2 / dt / 1e9;
+}
 int main() {
-  for (int r = 0; r < 3; ++r)
-    printf("clock %.2f GHz  zmm FMA %.1f GFLOP/s  ymm FMA %.1f GFLOP/s\n", clock_ghz(500000000), zmm(200000000), ymm(200000000));
+  const bool tiles = amx_here();
+  for (int r = 0; r < 3; ++r) {
+    printf("clock %.2f GHz  zmm FMA %.1f GFLOP/s  ymm FMA %.1f GFLOP/s", clock_ghz(500000000), zmm(200000000), ymm(200000000));
+    if (tiles) printf("  AMX TDPBF16PS %.1f GFLOP/s", amx(5000000));
+    printf("\n");
+  }
 }

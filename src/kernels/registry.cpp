@@ -38,6 +38,17 @@ std::string needs_cpu_isa(const Device& d, CpuIsa isa) {
 }
 std::string needs_avx2(const Device& d) { return needs_cpu_isa(d, CpuIsa::avx2); }
 std::string needs_avx512(const Device& d) { return needs_cpu_isa(d, CpuIsa::avx512); }
+// The AMX kernels: the features, and on this machine Linux's grant of the
+// tile state too.
+std::string needs_amx(const Device& d) {
+  if (std::string r = needs_cpu(d); !r.empty()) return r;
+  if (std::string r = amx_unsupported(d.cpu); !r.empty()) return r;
+  return d.hypothetical ? "" : amx_unsupported_here();
+}
+// What the AMX kernels do to batch invariance (linear_amx.cpp).
+constexpr const char* kAmxBatchVariant =
+    "from 8 tokens per call (per expert in the MoE) sums in another order, on AMX tiles, so a token's last bits "
+    "depend on its batch";
 
 // ---- kernels/cuda (docs/cuda.md) ----
 std::string sm_name(const Device& d) {
@@ -101,6 +112,16 @@ const std::vector<KernelDesc>& kernel_registry() {
       {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
        "AVX2 maddubs int8 dot (FP4 / INT4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
        nullptr, kInt8Acts, kInt8ActsFormats},
+      // AMX-BF16 tiles for batches (linear_amx.cpp): MXFP4, NVFP4 and BF16
+      // weights against activations split exactly into three BF16 parts,
+      // from kAmxMinTokens tokens per call; other formats and fewer tokens
+      // run as cpu_avx512. Exact, but not batch invariant: opt-in.
+      // Efficiencies: cpu_avx512's at decode; compute from bench/RESULTS.md
+      // (AMX, 64 tokens).
+      {"cpu_avx512_amx", Op::linear, kAllWeightFormats, needs_amx, 0, 0.85, 1.0,
+       "AMX-BF16 tiles from 8 tokens (MXFP4 / NVFP4 / BF16 x activations split exactly into 3 BF16), "
+       "else as cpu_avx512",
+       linear_avx512_amx, nullptr, nullptr, {}, nullptr, kAmxBatchVariant},
       {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
        "AVX-512 fused MoE, exact: experts grouped per batch, rows split over threads", nullptr, moe_avx512},
       {"cpu_avx2", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.7, 0.35,
@@ -111,6 +132,9 @@ const std::vector<KernelDesc>& kernel_registry() {
       {"cpu_avx2_int8", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.5,
        "AVX2 fused MoE, FP4 / INT4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
        kInt8ActsFormats},
+      {"cpu_avx512_amx", Op::moe, kAllWeightFormats, needs_amx, 0, 0.85, 1.0,
+       "AVX-512 fused MoE, experts with 8+ tokens on AMX-BF16 tiles (exact 3-way BF16 split of activations)",
+       nullptr, moe_avx512_amx, nullptr, {}, nullptr, kAmxBatchVariant},
       // ---- kernels/cuda: the routed experts' grouped GEMM on tensor cores
       // (moe_w4a16.h; routing, grouping and combine in moe_router.h). The
       // CUDA backend (issue 16) binds it; its function pointer stays null

@@ -54,6 +54,11 @@ struct KernelDesc {
   // "tensor_core", "cuda_core", "cpu_simd" or "scalar". Null: a CPU kernel,
   // "scalar" for cpu_ref and "cpu_simd" for the others (kernel_unit_class).
   const char* unit_class = nullptr;
+  // Non-null: why a token's results can differ (in the last bits) with the
+  // number of tokens in its call, e.g. "sums in another order on AMX tiles
+  // from 8 tokens per call". Like a lossy kernel, such a kernel is never
+  // the planner's own choice, only a forced backend's.
+  const char* batch_variant = nullptr;
 };
 
 const char* kernel_unit_class(const KernelDesc& k);

@@ -70,13 +70,16 @@ Selection select_kernel(const std::vector<KernelDesc>& registry, const OpShape& 
     sel.chosen = forced_k;
     sel.why = "chosen by " + flag + " " + override_name;
     if (kernel_is_lossy(*forced_k, shape.format)) sel.why += std::string(" (lossy: ") + forced_k->lossy + ")";
+    if (forced_k->batch_variant) sel.why += std::string(" (not batch invariant: ") + forced_k->batch_variant + ")";
   } else {
     // Opt-in kernels are never the automatic choice: their rejection says
     // what they round and how to ask for them.
     for (auto& c : cands) {
-      if (!c.reason.empty() || !c.k->lossy) continue;
+      if (!c.reason.empty() || (!c.k->lossy && !c.k->batch_variant)) continue;
       const std::string opt_in = "; opt in with " + flag + " " + c.k->name;
-      if (kernel_is_lossy(*c.k, shape.format)) {
+      if (!c.k->lossy) {
+        c.reason = std::string("opt-in only (not batch invariant: ") + c.k->batch_variant + ")" + opt_in;
+      } else if (kernel_is_lossy(*c.k, shape.format)) {
         c.reason = std::string(c.k->lossy) + " (lossy)" + opt_in;
       } else {
         std::string fmts;

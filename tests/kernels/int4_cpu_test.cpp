@@ -97,7 +97,7 @@ void check_linear(const WeightView& w, CpuIsa isa, Fp4Acts acts, int64_t n, Thre
                " n=" + std::to_string(n) + (pool ? " threaded" : ""));
   const bool int8 = acts == Fp4Acts::int8;
   // Only the opt-in backends round activations.
-  ASSERT_EQ(cpu::isa_kernels(isa, acts).acts_class(cpu::raw_weights(w).kind),
+  ASSERT_EQ(cpu::isa_kernels(isa, acts).acts_class(cpu::raw_weights(w).kind, n),
             int8 ? x86::ActsClass::int8_int4 : x86::ActsClass::f32_int4);
   std::vector<float> x(size_t(n * w.cols));
   random_normal(x.data(), int64_t(x.size()), seed);

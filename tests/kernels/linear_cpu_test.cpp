@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ struct Variant {
 };
 
 std::string variant_name(const Variant& v) {
-  return std::string(cpu_isa_name(v.isa)) + (v.acts == Fp4Acts::int8 ? "_int8" : "");
+  return std::string(cpu_isa_name(v.isa)) + (v.acts == Fp4Acts::int8 ? "_int8" : v.acts == Fp4Acts::bf16x3 ? "_amx" : "");
 }
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << variant_name(v); }
@@ -57,6 +58,14 @@ std::string describe(const Case& c, int64_t n, const Variant& v) {
 }
 
 bool isa_available(CpuIsa isa) { return cpu_isa_unsupported(isa, host_cpu_features()).empty(); }
+
+// "" when this CPU runs the variant, else why not (the AMX one needs tiles).
+std::string variant_unsupported(const Variant& v) {
+  if (v.acts == Fp4Acts::bf16x3) return amx_unsupported_here();
+  return cpu_isa_unsupported(v.isa, host_cpu_features());
+}
+#define SKIP_UNLESS_RUNNABLE(v) \
+  if (std::string why = variant_unsupported(v); !why.empty()) GTEST_SKIP() << variant_name(v) << ": " << why
 
 using test::rel_l2;  // rounding.h
 
@@ -80,10 +89,14 @@ void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, ui
   linear_for_isa(v.isa, v.acts)(w.view, x.data(), n, y.data(), pool);
   linear_ref(w.view, x.data(), n, ref.data(), nullptr);
 
-  const x86::ActsClass cls = cpu::isa_kernels(v.isa, v.acts).acts_class(cpu::raw_weights(w.view).kind);
+  const x86::ActsClass cls = cpu::isa_kernels(v.isa, v.acts).acts_class(cpu::raw_weights(w.view).kind, n);
   // Only the opt-in kernels may round activations.
   if (v.acts == Fp4Acts::f32) {
     ASSERT_NE(cls, x86::ActsClass::int8_blocks);
+  }
+  if (v.acts == Fp4Acts::bf16x3) {
+    const bool tiles = c.format == Format::mxfp4 || c.format == Format::nvfp4 || c.format == Format::bf16;
+    ASSERT_EQ(cls == x86::ActsClass::bf16x3, tiles && n >= x86::kAmxMinTokens);
   }
   std::vector<double> wd = dequantized(w.view);
   if (cls != x86::ActsClass::int8_blocks) {
@@ -91,7 +104,13 @@ void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, ui
     // a 16-lane sum runs cols/16 steps (plus a few for tile sums, scales and
     // the final reduction), each rounding by at most 2^-24 of the partial
     // sums, which never exceed sum_j |w_j x_j|.
-    const double steps = double(c.cols) / 16 + 24;
+    // The AMX tiles sum one output's products in one chain, two per
+    // instruction: cols additions into C_hi (each within 2^-24 of the
+    // partials, <= sum |w x|), 2 cols into C_lo, whose partials are below
+    // 2^-8 of that (|x - hi| <= 2^-9 |x|, hi being x rounded to 8 bits), and
+    // a few for C_hi + C_lo and the scales.
+    const double steps =
+        cls == x86::ActsClass::bf16x3 ? double(c.cols) * (1 + 2 * 0x1p-8) + 8 : double(c.cols) / 16 + 24;
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < c.rows; ++r) {
         const size_t i = size_t(t * c.rows + r);
@@ -165,7 +184,7 @@ class LinearCpu : public ::testing::TestWithParam<Variant> {
 };
 
 TEST_P(LinearCpu, MatchesReferenceSingleThread) {
-  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
+  SKIP_UNLESS_RUNNABLE(GetParam());
   uint64_t seed = 1;
   for (const Case& c : cases())
     // Every count up to 9 (the AVX2 FP4 / FP8 kernels decode once per call
@@ -174,7 +193,7 @@ TEST_P(LinearCpu, MatchesReferenceSingleThread) {
 }
 
 TEST_P(LinearCpu, MatchesReferenceThreaded) {
-  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
+  SKIP_UNLESS_RUNNABLE(GetParam());
   ThreadPool pool(3);  // more threads than cores: uneven, preempted parts
   uint64_t seed = 1000;
   for (const Case& c : cases())
@@ -182,7 +201,7 @@ TEST_P(LinearCpu, MatchesReferenceThreaded) {
 }
 
 TEST_P(LinearCpu, RejectsMalformedViews) {
-  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
+  SKIP_UNLESS_RUNNABLE(GetParam());
   OwnedWeights w = random_weights(Format::mxfp4, 4, 64, 7);
   std::vector<float> x(64), y(4);
   WeightView bad = w.view;
@@ -207,7 +226,7 @@ TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
   // 127 * 2^s: the int8 quantization is lossless, so the FP4 paths must then
   // meet the f32 budget (this catches scale mistakes far below the int8
   // rounding noise; the exact kernels meet it whatever x is).
-  if (!isa_available(GetParam().isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(GetParam().isa);
+  SKIP_UNLESS_RUNNABLE(GetParam());
   uint64_t seed = 500;
   for (const Case& c : cases()) {
     if (c.format != Format::mxfp4 && c.format != Format::nvfp4) continue;
@@ -239,7 +258,7 @@ TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
   // y_index (repeats accumulate in token order), on a row range that is not
   // the whole matrix. Reference: linear_ref per token, combined here.
   const Variant v = GetParam();
-  if (!isa_available(v.isa)) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(v.isa);
+  SKIP_UNLESS_RUNNABLE(v);
   const cpu::IsaKernels& k = cpu::isa_kernels(v.isa, v.acts);
   for (Format f : {Format::mxfp4, Format::nvfp4, Format::fp8_block128, Format::bf16}) {
     SCOPED_TRACE(std::string(format_name(f)) + " " + variant_name(v));
@@ -251,7 +270,7 @@ TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
     const std::vector<int32_t> tok = {8, 3, 3, 0, 5, 7}, yi = {2, 0, 2, 3, 0, 1};
     const std::vector<float> alpha = {0.5f, -1.25f, 2.0f, 1.0f, 0.75f, -0.5f};
     const x86::RawWeights raw = cpu::raw_weights(w.view);
-    const x86::ActsClass cls = k.acts_class(raw.kind);
+    const x86::ActsClass cls = k.acts_class(raw.kind, n);
     cpu::ScratchBuffer buf;
     x86::PreparedActs acts = cpu::prepare_acts(k, cls, x.data(), n, cols, buf, nullptr);
     acts.token_index = tok.data();
@@ -282,7 +301,8 @@ TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
 INSTANTIATE_TEST_SUITE_P(Kernel, LinearCpu,
                          ::testing::Values(Variant{CpuIsa::avx2, Fp4Acts::f32}, Variant{CpuIsa::avx512, Fp4Acts::f32},
                                            Variant{CpuIsa::avx2, Fp4Acts::int8},
-                                           Variant{CpuIsa::avx512, Fp4Acts::int8}),
+                                           Variant{CpuIsa::avx512, Fp4Acts::int8},
+                                           Variant{CpuIsa::avx512, Fp4Acts::bf16x3}),
                          [](const auto& info) { return variant_name(info.param); });
 
 TEST(LinearCpu, ZeroAndConstantBlocksStayExact) {
@@ -313,6 +333,57 @@ TEST(CpuIsa, ParseAndSupport) {
   avx2.avx2 = avx2.fma = avx2.f16c = true;
   EXPECT_EQ(best_cpu_isa(avx2), CpuIsa::avx2);
   EXPECT_NE(cpu_isa_unsupported(CpuIsa::avx512, avx2).find("VNNI"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nibble
+
+namespace nibble {
+namespace {
+
+TEST(AmxSplit, ThreeBf16PartsSumToXExactly) {
+  // The AMX kernels' activation layout (kernels_x86.h, ActsClass::bf16x3):
+  // per token the hi, mid and lo planes, each cols rounded up to 32 BF16.
+  // hi + mid + lo must equal x exactly (summed here in f64, where three
+  // BF16 numbers of neighbouring magnitudes add exactly), hi must be x
+  // rounded to BF16 (nearest even, as ml_dtypes rounds), and the padding
+  // zero: what makes the tile products exact.
+  if (std::string why = amx_unsupported_here(); !why.empty()) GTEST_SKIP() << why;
+  const cpu::IsaKernels& k = cpu::isa_kernels(CpuIsa::avx512, Fp4Acts::bf16x3);
+  for (int64_t cols : {1, 31, 33, 100, 4096}) {
+    const int64_t n = 3, kp = (cols + 31) / 32 * 32;
+    std::vector<float> x(size_t(n * cols));
+    random_normal(x.data(), int64_t(x.size()), uint64_t(cols));
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = std::ldexp(x[i], int(i % 121) - 60);  // 2^-60 .. 2^60
+      if (i % 17 == 0) x[i] = 0.0f;
+      if (i % 19 == 0) x[i] = -1.5f;  // already BF16: mid = lo = 0
+    }
+    ASSERT_EQ(k.acts_stride(x86::ActsClass::bf16x3, cols), 3 * kp * 2);
+    cpu::ScratchBuffer buf;
+    const x86::PreparedActs a = cpu::prepare_acts(k, x86::ActsClass::bf16x3, x.data(), n, cols, buf, nullptr);
+    auto bf16 = [](uint16_t b) {
+      uint32_t u = uint32_t(b) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return double(f);
+    };
+    for (int64_t t = 0; t < n; ++t) {
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(a.data + t * a.stride);
+      for (int64_t j = 0; j < kp; ++j) {
+        const double hi = bf16(p[j]), mid = bf16(p[kp + j]), lo = bf16(p[2 * kp + j]);
+        const double want = j < cols ? double(x[size_t(t * cols + j)]) : 0.0;
+        ASSERT_EQ(hi + mid + lo, want) << "cols " << cols << " token " << t << " column " << j;
+        // hi is x rounded to 8 significant bits, nearest even.
+        if (want != 0) {
+          int e;
+          std::frexp(want, &e);
+          const double ulp = std::ldexp(1.0, e - 8);
+          ASSERT_EQ(hi, std::nearbyint(want / ulp) * ulp) << "column " << j;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

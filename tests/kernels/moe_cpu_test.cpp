@@ -68,7 +68,13 @@ struct Variant {
 };
 
 void PrintTo(const Variant& v, std::ostream* os) {
-  *os << cpu_isa_name(v.isa) << (v.acts == Fp4Acts::int8 ? "_int8" : "");
+  *os << cpu_isa_name(v.isa) << (v.acts == Fp4Acts::int8 ? "_int8" : v.acts == Fp4Acts::bf16x3 ? "_amx" : "");
+}
+
+// "" when this CPU runs the variant, else why not (the AMX one needs tiles).
+std::string variant_unsupported(const Variant& v) {
+  if (v.acts == Fp4Acts::bf16x3) return amx_unsupported_here();
+  return cpu_isa_unsupported(v.isa, host_cpu_features());
 }
 
 class MoeCpu : public ::testing::TestWithParam<Variant> {
@@ -79,7 +85,7 @@ class MoeCpu : public ::testing::TestWithParam<Variant> {
 TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
   const CpuIsa isa = GetParam().isa;
   const Fp4Acts acts = GetParam().acts;
-  if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);
+  if (std::string why = variant_unsupported(GetParam()); !why.empty()) GTEST_SKIP() << why;
   struct Config {
     Format expert, shared;
     int64_t D, I;
@@ -95,7 +101,9 @@ TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
   uint64_t seed = 1;
   for (const Config& c : configs) {
     Layer l = random_layer(c.expert, c.shared, c.D, c.I, 16, 4, seed);
-    for (int64_t n : {1, 2, 5, 17}) {
+    // 64 tokens give the AMX kernels experts with 8+ tokens (16 on average).
+    for (int64_t n : {1, 2, 5, 17, 64}) {
+      if (n == 64 && acts != Fp4Acts::bf16x3) continue;
       SCOPED_TRACE(std::string(format_name(c.expert)) + " + shared " + format_name(c.shared) +
                    " n=" + std::to_string(n));
       std::vector<float> x(size_t(n * c.D));
@@ -115,8 +123,7 @@ TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
 TEST_P(MoeCpu, OutputMayAliasInput) {
   // The residual stream is often updated in place: x is fully consumed
   // (prepared) before y is written.
-  const CpuIsa isa = GetParam().isa;
-  if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);
+  if (std::string why = variant_unsupported(GetParam()); !why.empty()) GTEST_SKIP() << why;
   Layer l = random_layer(Format::mxfp4, Format::fp8_block128, 96, 64, 8, 2, 77);
   std::vector<float> x(size_t(3 * 96));
   random_normal(x.data(), int64_t(x.size()), 5);
@@ -128,8 +135,7 @@ TEST_P(MoeCpu, OutputMayAliasInput) {
 }
 
 TEST_P(MoeCpu, RejectsBadLayers) {
-  const CpuIsa isa = GetParam().isa;
-  if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) GTEST_SKIP() << "CPU lacks " << cpu_isa_name(isa);
+  if (std::string why = variant_unsupported(GetParam()); !why.empty()) GTEST_SKIP() << why;
   Layer l = random_layer(Format::mxfp4, Format::mxfp4, 64, 32, 4, 2, 7);
   std::vector<float> x(64), y(64);
   MoeWeights w = l.w;
@@ -144,10 +150,13 @@ TEST_P(MoeCpu, RejectsBadLayers) {
 INSTANTIATE_TEST_SUITE_P(Kernel, MoeCpu,
                          ::testing::Values(Variant{CpuIsa::avx2, Fp4Acts::f32}, Variant{CpuIsa::avx512, Fp4Acts::f32},
                                            Variant{CpuIsa::avx2, Fp4Acts::int8},
-                                           Variant{CpuIsa::avx512, Fp4Acts::int8}),
+                                           Variant{CpuIsa::avx512, Fp4Acts::int8},
+                                           Variant{CpuIsa::avx512, Fp4Acts::bf16x3}),
                          [](const auto& info) {
                            return std::string(cpu_isa_name(info.param.isa)) +
-                                  (info.param.acts == Fp4Acts::int8 ? "_int8" : "");
+                                  (info.param.acts == Fp4Acts::int8     ? "_int8"
+                                   : info.param.acts == Fp4Acts::bf16x3 ? "_amx"
+                                                                        : "");
                          });
 
 }  // namespace

@@ -28,17 +28,18 @@ inline void round_int8_blocks(std::vector<float>& v, int64_t cols) {
 }
 
 // Rounds x [.., cols] the way `isa` in mode `acts` prepares activations for
-// weights of `w`.
+// weights of `w`, when n tokens are prepared together.
 inline void round_like_kernel(std::vector<float>& x, int64_t cols, CpuIsa isa, Fp4Acts acts,
-                              const WeightView& w) {
+                              const WeightView& w, int64_t n = 1) {
   const cpu::IsaKernels& k = cpu::isa_kernels(isa, acts);
-  switch (k.acts_class(cpu::raw_weights(w).kind)) {
+  switch (k.acts_class(cpu::raw_weights(w).kind, n)) {
     case x86::ActsClass::int8_blocks:
     case x86::ActsClass::int8_int4: round_int8_blocks(x, cols); break;
     case x86::ActsClass::f32_even_odd:
     case x86::ActsClass::f32_plain:
     case x86::ActsClass::f32_fp4:
-    case x86::ActsClass::f32_int4: break;
+    case x86::ActsClass::f32_int4:
+    case x86::ActsClass::bf16x3: break;  // split exactly
   }
 }
 

@@ -28,12 +28,13 @@ namespace {
 static_assert(!std::is_copy_constructible_v<BlockWeights> && !std::is_copy_assignable_v<BlockWeights>);
 static_assert(std::is_nothrow_move_constructible_v<BlockWeights>);
 
-// Every kernel name the host can run (linear and MoE share names).
+// Every kernel name the host can run (linear and MoE share names), but those
+// that are not batch invariant by design (registry.h: batch_variant).
 std::vector<std::string> runnable_kernels() {
   const Device host = host_cpu_device(2, 10.0);
   std::vector<std::string> names;
   for (const KernelDesc& k : kernel_registry())
-    if (k.op == Op::moe && k.unsupported(host).empty()) names.push_back(k.name);
+    if (k.op == Op::moe && k.unsupported(host).empty() && !k.batch_variant) names.push_back(k.name);
   return names;
 }
 

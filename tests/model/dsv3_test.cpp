@@ -77,12 +77,13 @@ Seqs load_dsv3_expected(const std::string& name) {
   return s;
 }
 
-// Every MoE kernel name the host runs on experts of `format` (linear kernels share the names).
+// Every MoE kernel name the host runs on experts of `format` (linear kernels share the names),
+// but those that are not batch invariant by design (registry.h: batch_variant).
 std::vector<std::string> runnable_kernels(Format format) {
   const Device host = host_cpu_device(2, 10.0);
   std::vector<std::string> names;
   for (const KernelDesc& k : kernel_registry())
-    if (k.op == Op::moe && k.unsupported(host).empty() &&
+    if (k.op == Op::moe && k.unsupported(host).empty() && !k.batch_variant &&
         std::find(k.formats.begin(), k.formats.end(), format) != k.formats.end())
       names.push_back(k.name);
   return names;

@@ -46,9 +46,13 @@ struct RawWeights {
 //   int8_int4     INT4 weights, lossy (opt-in `*_int8` backends): x rounded
 //                 to int8 per block of 32 as int8_blocks, laid out for the
 //                 codes' byte order (int4_int8_avx2.cpp / int4_int8_avx512.cpp)
+//   bf16x3        MXFP4, NVFP4 and BF16 weights on AMX tiles (opt-in
+//                 `cpu_avx512_amx` backends, from kAmxMinTokens tokens per
+//                 call): x split into BF16 hi, mid, lo planes with
+//                 hi + mid + lo == x exactly (linear_amx.cpp)
 // Every layout but int8_blocks and int8_int4 keeps x exactly.
-enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, f32_fp4, f32_int4, int8_int4 };
-constexpr int kActsClasses = 6;
+enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, f32_fp4, f32_int4, int8_int4, bf16x3 };
+constexpr int kActsClasses = 7;
 
 // Activations prepared by prepare_acts_*, `stride` bytes per token.
 struct PreparedActs {
@@ -105,6 +109,25 @@ void int4_int8_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const ui
 // h[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) (no clamp when
 // limit <= 0), in place over g; n elements.
 void swiglu_avx512(float* g, const float* u, int64_t n, float limit);
+
+// ---- AMX-BF16 (linear_amx.cpp: the AVX-512 flags plus AMX-TILE, AMX-BF16) ---
+// The caller must hold the process's permission for tile data (Linux
+// arch_prctl ARCH_REQ_XCOMP_PERM; linear_cpu.cpp asks once).
+// Tokens per call from which the cpu_avx512_amx backends take the tile path
+// (below it, the AVX-512 FMA kernels): measured in bench/RESULTS.md.
+constexpr int64_t kAmxMinTokens = 8;
+// Bytes per token of the bf16x3 layout, and its preparation (64-byte
+// aligned out; every plane zero-padded to a multiple of 32 columns).
+int64_t amx_acts_stride(int64_t cols);
+void amx_prepare_acts(const float* x, int64_t n, int64_t cols, uint8_t* out);
+// Scratch amx_rows needs, 64-byte aligned: decoded weight tiles of a
+// 32-row pass, and 16 gathered token rows.
+int64_t amx_weight_scratch_bytes(int64_t cols);
+int64_t amx_token_scratch_bytes(int64_t cols);
+// Rows [r0, r1) of W (MXFP4, NVFP4 or BF16) against all a.n tokens of a
+// bf16x3 layout.
+void amx_rows(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, const RowsOut& out,
+              uint8_t* weight_scratch, uint8_t* token_scratch);
 
 // ---- AVX2 (+FMA, F16C) ---------------------------------------------------------
 // fp4_f32_rows_avx2 takes 1 <= n_tok <= kFp4MaxTokensAvx2 tokens (more than

@@ -670,6 +670,7 @@ void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uin
       case ActsClass::f32_fp4: fp4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_int4: int4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::int8_int4: int4_int8_prepare_avx2(x + t * cols, cols, o); break;
+      case ActsClass::bf16x3: break;  // AVX-512 + AMX only (linear_amx.cpp)
     }
   }
 }

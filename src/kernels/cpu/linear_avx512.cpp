@@ -540,7 +540,8 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols) {
     case ActsClass::f32_even_odd:
     case ActsClass::f32_plain:
     case ActsClass::f32_fp4:
-    case ActsClass::f32_int4: break;
+    case ActsClass::f32_int4:
+    case ActsClass::bf16x3: break;  // (linear_amx.cpp's own stride)
   }
   return padded * 4;
 }
@@ -556,6 +557,7 @@ void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, u
       case ActsClass::f32_fp4: fp4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_int4: int4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::int8_int4: int4_int8_prepare_avx512(x + t * cols, cols, o); break;
+      case ActsClass::bf16x3: break;  // linear_amx.cpp's
     }
   }
 }

@@ -3,8 +3,13 @@
 // linear_avx512.cpp, reached through kernels_x86.h.
 #include "kernels/cpu/linear_cpu.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 
 #include "format/block.h"
 #include "util/error.h"
@@ -20,7 +25,7 @@ using x86::WeightKind;
 
 // The same classes on both ISAs (each lays them out its own way).
 template <Fp4Acts kFp4>
-ActsClass acts_class(WeightKind kind) {
+ActsClass acts_class(WeightKind kind, int64_t /*n*/) {
   switch (kind) {
     case WeightKind::mxfp4:
     case WeightKind::nvfp4: return kFp4 == Fp4Acts::int8 ? ActsClass::int8_blocks : ActsClass::f32_fp4;
@@ -31,6 +36,35 @@ ActsClass acts_class(WeightKind kind) {
     case WeightKind::int4: return kFp4 == Fp4Acts::int8 ? ActsClass::int8_int4 : ActsClass::f32_int4;
   }
   return ActsClass::f32_plain;
+}
+
+// The AMX kernels: from kAmxMinTokens prepared tokens, MXFP4, NVFP4 and
+// BF16 weights take the tile path; the rest is the AVX-512 f32 kernels'.
+ActsClass amx_acts_class(WeightKind kind, int64_t n) {
+  const bool tiles = kind == WeightKind::mxfp4 || kind == WeightKind::nvfp4 || kind == WeightKind::bf16;
+  return tiles && n >= x86::kAmxMinTokens ? ActsClass::bf16x3 : acts_class<Fp4Acts::f32>(kind, n);
+}
+
+int64_t amx_stride(ActsClass c, int64_t cols) {
+  return c == ActsClass::bf16x3 ? x86::amx_acts_stride(cols) : x86::acts_stride_avx512(c, cols);
+}
+
+void amx_prepare(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out) {
+  if (c == ActsClass::bf16x3) x86::amx_prepare_acts(x, n, cols, out);
+  else x86::prepare_acts_avx512(c, x, n, cols, out);
+}
+
+// The tile path's scratch lives here (the ISA file allocates nothing), one
+// pair per thread, grown to the widest matrix seen.
+void amx_linear_rows(const x86::RawWeights& w, int64_t r0, int64_t r1, const x86::PreparedActs& a,
+                     const x86::RowsOut& out) {
+  if (a.cls != ActsClass::bf16x3) {
+    x86::linear_rows_avx512(w, r0, r1, a, out);
+    return;
+  }
+  thread_local ScratchBuffer weights, tokens;
+  x86::amx_rows(w, r0, r1, a, out, weights.get(size_t(x86::amx_weight_scratch_bytes(w.cols))),
+                tokens.get(size_t(x86::amx_token_scratch_bytes(w.cols))));
 }
 
 const IsaKernels kAvx2 = {CpuIsa::avx2,           Fp4Acts::f32,          acts_class<Fp4Acts::f32>,
@@ -45,6 +79,24 @@ const IsaKernels kAvx512 = {CpuIsa::avx512,          Fp4Acts::f32,             a
 const IsaKernels kAvx512Int8 = {CpuIsa::avx512,          Fp4Acts::int8,            acts_class<Fp4Acts::int8>,
                                 x86::acts_stride_avx512, x86::prepare_acts_avx512, x86::linear_rows_avx512,
                                 x86::swiglu_avx512};
+const IsaKernels kAvx512Amx = {CpuIsa::avx512, Fp4Acts::bf16x3, amx_acts_class,     amx_stride,
+                               amx_prepare,    amx_linear_rows, x86::swiglu_avx512};
+
+// Linux gives a process the AMX tile state only when asked
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); a tile instruction
+// before that dies of SIGILL. "" when granted, else why not.
+std::string request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0)
+    return std::string("the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+           std::strerror(errno) + ")";
+  return "";
+#else
+  return "AMX tile state is only requested on Linux";
+#endif
+}
+
 
 }  // namespace
 
@@ -58,9 +110,34 @@ const IsaKernels& isa_kernels(CpuIsa isa, Fp4Acts acts) {
   if (const std::string& why = isa == CpuIsa::avx2 ? avx2_why : avx512_why; !why.empty())
     fail("cannot run ", cpu_isa_name(isa), " kernels on this CPU: ", why);
   const bool int8 = acts == Fp4Acts::int8;
+  if (acts == Fp4Acts::bf16x3) {
+    if (isa != CpuIsa::avx512) fail("the AMX kernels are AVX-512 kernels, not ", cpu_isa_name(isa));
+    if (std::string why = amx_unsupported_here(); !why.empty())
+      fail("cannot run the AMX kernels here: ", why);
+    return kAvx512Amx;
+  }
   if (isa == CpuIsa::avx2) return int8 ? kAvx2Int8 : kAvx2;
   return int8 ? kAvx512Int8 : kAvx512;
 }
+
+}  // namespace cpu
+
+std::string amx_unsupported(const CpuFeatures& f) {
+  std::string missing = cpu_isa_unsupported(CpuIsa::avx512, f);
+  if (!f.amx_tile || !f.amx_bf16) {
+    const std::string amx = !f.amx_tile ? "AMX-TILE, AMX-BF16" : "AMX-BF16";
+    missing = missing.empty() ? "needs " + amx : missing + ", " + amx;
+  }
+  return missing;
+}
+
+std::string amx_unsupported_here() {
+  if (std::string why = amx_unsupported(host_cpu_features()); !why.empty()) return why;
+  static const std::string refused = cpu::request_amx_permission();  // asked once per process
+  return refused;
+}
+
+namespace cpu {
 
 x86::RawWeights raw_weights(const WeightView& w) {
   x86::RawWeights r{};
@@ -162,7 +239,7 @@ void linear_with_kernels(const cpu::IsaKernels& k, const WeightView& w, const fl
   // workers only read them).
   thread_local cpu::ScratchBuffer acts_buf;
   const x86::PreparedActs prepared =
-      cpu::prepare_acts(k, k.acts_class(raw.kind), x, n, w.cols, acts_buf, pool);
+      cpu::prepare_acts(k, k.acts_class(raw.kind, n), x, n, w.cols, acts_buf, pool);
   const x86::RowsOut out{y, w.rows, nullptr, false, nullptr};
   const int threads = pool ? pool->size() : 1;
   const int64_t chunk = cpu::row_chunk(w.rows, threads);
@@ -182,7 +259,14 @@ void linear_simd(CpuIsa isa, Fp4Acts acts, const WeightView& w, const float* x, 
 
 }  // namespace
 
-const char* fp4_acts_name(Fp4Acts a) { return a == Fp4Acts::int8 ? "int8" : "f32"; }
+const char* fp4_acts_name(Fp4Acts a) {
+  switch (a) {
+    case Fp4Acts::f32: return "f32";
+    case Fp4Acts::int8: return "int8";
+    case Fp4Acts::bf16x3: return "bf16x3";
+  }
+  return "?";
+}
 
 void linear_avx2(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
   linear_simd(CpuIsa::avx2, Fp4Acts::f32, w, x, n, y, pool);
@@ -200,8 +284,13 @@ void linear_avx512_int8(const WeightView& w, const float* x, int64_t n, float* y
   linear_simd(CpuIsa::avx512, Fp4Acts::int8, w, x, n, y, pool);
 }
 
+void linear_avx512_amx(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  linear_simd(CpuIsa::avx512, Fp4Acts::bf16x3, w, x, n, y, pool);
+}
+
 LinearFn linear_for_isa(CpuIsa isa, Fp4Acts acts) {
   const bool int8 = acts == Fp4Acts::int8;
+  if (acts == Fp4Acts::bf16x3 && isa != CpuIsa::ref) return isa == CpuIsa::avx512 ? linear_avx512_amx : nullptr;
   switch (isa) {
     case CpuIsa::ref: return linear_ref;
     case CpuIsa::avx2: return int8 ? linear_avx2_int8 : linear_avx2;

@@ -21,9 +21,15 @@ namespace nibble {
 //   int8  x rounded to int8 per block of 32 (scale amax/127), then integer
 //         dot products (VNNI / maddubs): faster at large batches, lossy
 //         (opt-in backends cpu_avx2_int8, cpu_avx512_int8)
-// FP8, BF16 and F32 weights always run against f32 activations, exactly.
-enum class Fp4Acts { f32, int8 };
-const char* fp4_acts_name(Fp4Acts a);  // "f32", "int8"
+//   bf16x3  AVX-512 only, on AMX tiles (opt-in backends cpu_avx512_amx):
+//         from x86::kAmxMinTokens tokens per call, MXFP4, NVFP4 and BF16
+//         weights multiply x split exactly into three BF16 parts (products
+//         exact, f32 accumulation, as exact as f32); fewer tokens, and the
+//         other formats, run as f32. A token's last bits then depend on how
+//         many tokens share its call: not batch invariant.
+// FP8 and F32 weights always run against f32 activations, exactly.
+enum class Fp4Acts { f32, int8, bf16x3 };
+const char* fp4_acts_name(Fp4Acts a);  // "f32", "int8", "bf16x3"
 
 // Y[n, rows] = X[n, cols] · W^T. Throw nibble::Error (naming the tensor) for
 // a malformed view, or when this CPU lacks the ISA.
@@ -32,8 +38,18 @@ void linear_avx512(const WeightView& w, const float* x, int64_t n, float* y, Thr
 // The same with FP4 and INT4 weights against int8 activations (lossy, opt-in).
 void linear_avx2_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 void linear_avx512_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+// AVX-512 with AMX-BF16 tiles for batches (Fp4Acts::bf16x3; opt-in).
+void linear_avx512_amx(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 
-// linear_ref, linear_avx2(_int8) or linear_avx512(_int8) (ref ignores acts).
+// "" when a CPU with `f` has what the AMX kernels need (AMX-TILE, AMX-BF16
+// and the AVX-512 set), else the missing features.
+std::string amx_unsupported(const CpuFeatures& f);
+// The same for this process: the host's features, and Linux's grant of the
+// tile state (asked for once, on the first call).
+std::string amx_unsupported_here();
+
+// linear_ref, linear_avx2(_int8), linear_avx512(_int8) or linear_avx512_amx
+// (ref ignores acts; bf16x3 with avx2: null, there is no such kernel).
 LinearFn linear_for_isa(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
 namespace cpu {
@@ -42,9 +58,10 @@ namespace cpu {
 struct IsaKernels {
   CpuIsa isa;
   Fp4Acts fp4_acts;
-  // The activation layout these kernels use for a weight kind; kinds with
-  // equal classes share one prepared copy of x.
-  x86::ActsClass (*acts_class)(x86::WeightKind kind);
+  // The activation layout these kernels use for a weight kind when `n`
+  // tokens are prepared; kinds with equal classes share one prepared copy of
+  // x (only the bf16x3 kernels look at n).
+  x86::ActsClass (*acts_class)(x86::WeightKind kind, int64_t n);
   int64_t (*acts_stride)(x86::ActsClass c, int64_t cols);
   void (*prepare_acts)(x86::ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
   void (*linear_rows)(const x86::RawWeights& w, int64_t r0, int64_t r1,

@@ -79,7 +79,7 @@ Group make_group(const cpu::IsaKernels& k, const ExpertWeights& ew) {
   g.w1 = cpu::raw_weights(ew.w1);
   g.w3 = cpu::raw_weights(ew.w3);
   g.w2 = cpu::raw_weights(ew.w2);
-  if (k.acts_class(g.w1.kind) != k.acts_class(g.w3.kind))
+  if (k.acts_class(g.w1.kind, 1) != k.acts_class(g.w3.kind, 1))
     fail("MoE expert: ", ew.w1.name, " (", format_name(ew.w1.format), ") and ", ew.w3.name, " (",
          format_name(ew.w3.format), ") need the same activation layout");
   return g;
@@ -133,7 +133,7 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
 
   // 1. Router logits, f32.
   const RawWeights gate = cpu::raw_weights(w.gate);
-  const PreparedActs gate_x = cpu::prepare_acts(k, k.acts_class(gate.kind), x, n, D, s.gate_acts, pool);
+  const PreparedActs gate_x = cpu::prepare_acts(k, k.acts_class(gate.kind, n), x, n, D, s.gate_acts, pool);
   s.logits.resize(size_t(n * E));
   run_rows(k, gate, gate_x, RowsOut{s.logits.data(), E, nullptr, false, nullptr}, pool);
   if (w.gate_bias)
@@ -178,10 +178,11 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
     s.groups.push_back(g);
   }
 
-  // x of the batch, once per activation layout the groups need.
+  // x of the batch, once per activation layout the groups need (a group's
+  // layout may depend on its token count: the AMX kernels).
   for (bool& r : s.x_ready) r = false;
   for (Group& g : s.groups) {
-    const int c = int(k.acts_class(g.w1.kind));
+    const int c = int(k.acts_class(g.w1.kind, g.count));
     if (!s.x_ready[c]) {
       s.x_prepared[c] = cpu::prepare_acts(k, ActsClass(c), x, n, D, s.x_acts[c], pool);
       s.x_ready[c] = true;
@@ -195,7 +196,7 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
   int64_t hu_floats = 0, h_bytes = 0;
   for (const Group& g : s.groups) {
     hu_floats += (g.fused ? 3 : 2) * g.count * I;  // h and u [I] each; fused: h [I] + gate_up [2I]
-    h_bytes += g.count * k.acts_stride(k.acts_class(g.w2.kind), I);
+    h_bytes += g.count * k.acts_stride(k.acts_class(g.w2.kind, g.count), I);
   }
   float* hu = reinterpret_cast<float*>(s.hu.get(size_t(hu_floats) * sizeof(float)));
   uint8_t* hp = s.h_acts.get(size_t(h_bytes));
@@ -203,7 +204,7 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
     g.h = hu;
     g.u = hu + g.count * I;
     hu += (g.fused ? 3 : 2) * g.count * I;
-    const ActsClass c = k.acts_class(g.w2.kind);
+    const ActsClass c = k.acts_class(g.w2.kind, g.count);
     g.hp = PreparedActs{hp, k.acts_stride(c, I), g.count, nullptr, c};
     g.hp_out = hp;
     hp += g.count * g.hp.stride;
@@ -244,7 +245,7 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
   // h as the down projections want it.
   cpu::parallel_items(pool, n_groups, [&](int64_t i, int) {
     const Group& g = s.groups[size_t(i)];
-    k.prepare_acts(k.acts_class(g.w2.kind), g.h, g.count, I, g.hp_out);
+    k.prepare_acts(g.hp.cls, g.h, g.count, I, g.hp_out);
   });
 
   // 5. Phase B: down projections, weighted and summed into y by blocks of
@@ -298,8 +299,14 @@ void moe_avx512_int8(const MoeWeights& w, const float* x, const int32_t* token_i
   moe_simd(CpuIsa::avx512, Fp4Acts::int8, w, x, token_ids, n, y, pool);
 }
 
+void moe_avx512_amx(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                    ThreadPool* pool) {
+  moe_simd(CpuIsa::avx512, Fp4Acts::bf16x3, w, x, token_ids, n, y, pool);
+}
+
 MoeFn moe_for_isa(CpuIsa isa, Fp4Acts acts) {
   const bool int8 = acts == Fp4Acts::int8;
+  if (acts == Fp4Acts::bf16x3 && isa != CpuIsa::ref) return isa == CpuIsa::avx512 ? moe_avx512_amx : nullptr;
   switch (isa) {
     case CpuIsa::ref: return moe_ref;
     case CpuIsa::avx2: return int8 ? moe_avx2_int8 : moe_avx2;

@@ -22,13 +22,17 @@ void moe_avx2_int8(const MoeWeights& w, const float* x, const int32_t* token_ids
                    ThreadPool* pool);
 void moe_avx512_int8(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
                      ThreadPool* pool);
+// Experts with kAmxMinTokens or more tokens on AMX tiles (Fp4Acts::bf16x3).
+void moe_avx512_amx(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                    ThreadPool* pool);
 
 // The layer on the given kernels (what the functions above run with their
 // ISA's kernels; `nibble bench --backend read` passes read-only ones).
 void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float* x, const int32_t* token_ids,
                       int64_t n, float* y, ThreadPool* pool);
 
-// moe_ref, moe_avx2(_int8) or moe_avx512(_int8) (ref ignores acts).
+// moe_ref, moe_avx2(_int8), moe_avx512(_int8) or moe_avx512_amx (ref
+// ignores acts; bf16x3 with avx2: null).
 MoeFn moe_for_isa(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
 }  // namespace nibble
