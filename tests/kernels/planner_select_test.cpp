@@ -223,3 +223,36 @@ TEST(Explain, ListsInt8KernelsAsOptIn) {
 
 }  // namespace
 }  // namespace nibble
+
+namespace nibble {
+namespace {
+
+// The AMX kernel is exact but not batch invariant: never the automatic
+// choice on a machine that has AMX (its rejection says why and how to opt
+// in), refused by feature on one that does not, and when forced the choice
+// says what it gives up.
+TEST(Select, AmxKernelIsOptInAndSaysWhy) {
+  const OpShape s = shape(Format::mxfp4, 64);
+  Device amx = named_device("cpu-avx512");
+  amx.cpu.amx_tile = amx.cpu.amx_bf16 = true;
+  const Selection with = select_kernel(kernel_registry(), s, amx);
+  ASSERT_NE(with.chosen, nullptr);
+  EXPECT_STRNE(with.chosen->name, "cpu_avx512_amx");
+  const Rejection* r = find(with, "cpu_avx512_amx");
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(r->reason.find("opt-in only (not batch invariant"), std::string::npos) << r->reason;
+  EXPECT_NE(r->reason.find("opt in with --linear-backend cpu_avx512_amx"), std::string::npos) << r->reason;
+
+  const Selection without = select_kernel(kernel_registry(), s, named_device("cpu-avx512"));
+  r = find(without, "cpu_avx512_amx");
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(r->reason.find("needs AMX-TILE, AMX-BF16"), std::string::npos) << r->reason;
+
+  const Selection forced = select_kernel(kernel_registry(), s, amx, "cpu_avx512_amx", "--linear-backend");
+  ASSERT_NE(forced.chosen, nullptr);
+  EXPECT_STREQ(forced.chosen->name, "cpu_avx512_amx");
+  EXPECT_NE(forced.why.find("not batch invariant"), std::string::npos) << forced.why;
+}
+
+}  // namespace
+}  // namespace nibble
