@@ -47,7 +47,7 @@ std::string needs_amx(const Device& d) {
 }
 // What the AMX kernels do to batch invariance (linear_amx.cpp).
 constexpr const char* kAmxBatchVariant =
-    "from 8 tokens per call (per expert in the MoE) sums in another order, on AMX tiles, so a token's last bits "
+    "from 16 tokens per call (per expert in the MoE) sums in another order, on AMX tiles, so a token's last bits "
     "depend on its batch";
 
 // ---- kernels/cuda (docs/cuda.md) ----
@@ -119,7 +119,7 @@ const std::vector<KernelDesc>& kernel_registry() {
       // Efficiencies: cpu_avx512's at decode; compute from bench/RESULTS.md
       // (AMX, 64 tokens).
       {"cpu_avx512_amx", Op::linear, kAllWeightFormats, needs_amx, 0, 0.85, 1.0,
-       "AMX-BF16 tiles from 8 tokens (MXFP4 / NVFP4 / BF16 x activations split exactly into 3 BF16), "
+       "AMX-BF16 tiles from 16 tokens (MXFP4 / NVFP4 / BF16 x activations split exactly into 3 BF16), "
        "else as cpu_avx512",
        linear_avx512_amx, nullptr, nullptr, {}, nullptr, kAmxBatchVariant},
       {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,
@@ -133,7 +133,7 @@ const std::vector<KernelDesc>& kernel_registry() {
        "AVX2 fused MoE, FP4 / INT4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
        kInt8ActsFormats},
       {"cpu_avx512_amx", Op::moe, kAllWeightFormats, needs_amx, 0, 0.85, 1.0,
-       "AVX-512 fused MoE, experts with 8+ tokens on AMX-BF16 tiles (exact 3-way BF16 split of activations)",
+       "AVX-512 fused MoE, experts with 16+ tokens on AMX-BF16 tiles (exact 3-way BF16 split of activations)",
        nullptr, moe_avx512_amx, nullptr, {}, nullptr, kAmxBatchVariant},
       // ---- kernels/cuda: the routed experts' grouped GEMM on tensor cores
       // (moe_w4a16.h; routing, grouping and combine in moe_router.h). The

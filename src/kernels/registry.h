@@ -56,7 +56,7 @@ struct KernelDesc {
   const char* unit_class = nullptr;
   // Non-null: why a token's results can differ (in the last bits) with the
   // number of tokens in its call, e.g. "sums in another order on AMX tiles
-  // from 8 tokens per call". Like a lossy kernel, such a kernel is never
+  // from 16 tokens per call". Like a lossy kernel, such a kernel is never
   // the planner's own choice, only a forced backend's.
   const char* batch_variant = nullptr;
 };

@@ -154,7 +154,7 @@ TEST_P(LinearBatchInvariance, TokenRowsEqualTheTokenAlone) {
     }
     // A batch-variant kernel (the AMX one) still owes invariance among the
     // batches of its tile path (x86::kAmxMinTokens tokens and more): each
-    // token alone is then the token in a call with the next 7 tokens.
+    // token alone is then the token in a call with the next 15 tokens.
     const int64_t m = x86::kAmxMinTokens;
     for (int32_t t = 0; t < int32_t(kTokens); ++t) {
       std::vector<int32_t> tokens;

@@ -262,7 +262,9 @@ TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
   const cpu::IsaKernels& k = cpu::isa_kernels(v.isa, v.acts);
   for (Format f : {Format::mxfp4, Format::nvfp4, Format::fp8_block128, Format::bf16}) {
     SCOPED_TRACE(std::string(format_name(f)) + " " + variant_name(v));
-    const int64_t rows = 37, cols = f == Format::nvfp4 ? 272 : 160, n = 9, ny = 4;
+    // n = 20 prepared tokens: the AMX kernels' tile path (from 16), here
+    // run on 6 of them through token_index.
+    const int64_t rows = 37, cols = f == Format::nvfp4 ? 272 : 160, n = 20, ny = 4;
     OwnedWeights w = random_weights(f, rows, cols, 77);
     std::vector<float> x(size_t(n * cols));
     random_normal(x.data(), int64_t(x.size()), 78);

@@ -115,7 +115,7 @@ void swiglu_avx512(float* g, const float* u, int64_t n, float limit);
 // arch_prctl ARCH_REQ_XCOMP_PERM; linear_cpu.cpp asks once).
 // Tokens per call from which the cpu_avx512_amx backends take the tile path
 // (below it, the AVX-512 FMA kernels): measured in bench/RESULTS.md.
-constexpr int64_t kAmxMinTokens = 8;
+constexpr int64_t kAmxMinTokens = 16;
 // Bytes per token of the bf16x3 layout, and its preparation (64-byte
 // aligned out; every plane zero-padded to a multiple of 32 columns).
 int64_t amx_acts_stride(int64_t cols);

@@ -87,15 +87,6 @@ void load_tile_config() {
   _tile_loadconfig(&c);
 }
 
-// The f32 value of an E4M3 code (NVFP4 block scales; sign ignored: ModelOpt
-// writes positive scales, and the reference reads them as signed, so a
-// negative one keeps its sign here too).
-float e4m3_value(uint8_t code) {
-  const int e = (code >> 3) & 0xF, m = code & 7;
-  float v = e == 0 ? float(m) * 0x1p-9f : float(8 + m) * bits_to_float(uint32_t(e + 127 - 10) << 23);
-  return (code & 0x80) ? -v : v;
-}
-
 // The BF16 bits of the 16 E2M1 values, in the low 16 words (vpermw reads
 // the index's low 5 bits; codes are < 16).
 inline __m512i e2m1_bf16_table() {
@@ -132,16 +123,31 @@ struct ByteIndex {
 };
 constexpr ByteIndex kByteIndex;
 
-// 16 weight rows' codes for one tile: row n's 16 bytes at p + n * ld, rows
-// from nr on zero; the last tile of an NVFP4 row with cols % 32 == 16 has 8.
-inline __m128i code_row(const uint8_t* p, int64_t ld, int64_t n, int64_t nr, __mmask16 lm) {
-  return n < nr ? _mm_maskz_loadu_epi8(lm, p + n * ld) : _mm_setzero_si128();
+// 16 rows of 16 bytes, row n at p + n * ld: the bytes lm selects (the
+// rest `fill`), rows from nr on all `fill`.
+inline __m128i byte_row(const uint8_t* p, int64_t ld, int64_t n, int64_t nr, __mmask16 lm, __m128i fill) {
+  return n < nr ? _mm_mask_loadu_epi8(fill, lm, p + n * ld) : fill;
 }
-inline __m512i four_code_rows(const uint8_t* p, int64_t ld, int64_t n0, int64_t nr, __mmask16 lm) {
-  __m512i v = _mm512_castsi128_si512(code_row(p, ld, n0, nr, lm));
-  v = _mm512_inserti32x4(v, code_row(p, ld, n0 + 1, nr, lm), 1);
-  v = _mm512_inserti32x4(v, code_row(p, ld, n0 + 2, nr, lm), 2);
-  return _mm512_inserti32x4(v, code_row(p, ld, n0 + 3, nr, lm), 3);
+inline __m512i four_byte_rows(const uint8_t* p, int64_t ld, int64_t n0, int64_t nr, __mmask16 lm, __m128i fill) {
+  __m512i v = _mm512_castsi128_si512(byte_row(p, ld, n0, nr, lm, fill));
+  v = _mm512_inserti32x4(v, byte_row(p, ld, n0 + 1, nr, lm, fill), 1);
+  v = _mm512_inserti32x4(v, byte_row(p, ld, n0 + 2, nr, lm, fill), 2);
+  return _mm512_inserti32x4(v, byte_row(p, ld, n0 + 3, nr, lm, fill), 3);
+}
+
+// The 16 x 16 byte transpose of those rows, two rounds of vpermt2b (VBMI):
+// lane kk of o[q] holds byte 4q + kk of every row (row n at byte n).
+inline void transpose_byte_rows(const uint8_t* p, int64_t ld, int64_t nr, __mmask16 lm, __m128i fill, __m512i* o) {
+  const __m512i a0 = four_byte_rows(p, ld, 0, nr, lm, fill), a1 = four_byte_rows(p, ld, 4, nr, lm, fill);
+  const __m512i a2 = four_byte_rows(p, ld, 8, nr, lm, fill), a3 = four_byte_rows(p, ld, 12, nr, lm, fill);
+  const __m512i x1lo = _mm512_load_si512(kByteIndex.r1_lo), x1hi = _mm512_load_si512(kByteIndex.r1_hi);
+  const __m512i x2lo = _mm512_load_si512(kByteIndex.r2_lo), x2hi = _mm512_load_si512(kByteIndex.r2_hi);
+  const __m512i p01 = _mm512_permutex2var_epi8(a0, x1lo, a1), p23 = _mm512_permutex2var_epi8(a0, x1hi, a1);
+  const __m512i q01 = _mm512_permutex2var_epi8(a2, x1lo, a3), q23 = _mm512_permutex2var_epi8(a2, x1hi, a3);
+  o[0] = _mm512_permutex2var_epi8(p01, x2lo, q01);
+  o[1] = _mm512_permutex2var_epi8(p01, x2hi, q01);
+  o[2] = _mm512_permutex2var_epi8(p23, x2lo, q23);
+  o[3] = _mm512_permutex2var_epi8(p23, x2hi, q23);
 }
 
 // One B row (pair k = 4q + kk) of an FP4 tile from the transposed codes
@@ -186,31 +192,50 @@ struct PassScales {
 
 template <bool kNv>
 bool pass_scales(const RawWeights& w, int64_t r, int64_t nr, int64_t kts, PassScales ps) {
-  bool exp_ok = true;
-  for (int64_t n = 0; n < 32; ++n)
-    for (int64_t kt = 0; kt < kts; ++kt) {
-      float lo = 0.0f, hi = 0.0f;
-      int32_t add = 0;
-      if (n < nr) {
+  // Each 16-row half's scale bytes transposed 16 at a time, so every tile
+  // position's 16 rows come out as one vector.
+  const int64_t ld = kNv ? w.cols / 16 : w.cols / 32;  // scale bytes per row
+  __m512i lo_e = _mm512_set1_epi32(127), hi_e = _mm512_set1_epi32(127);  // MXFP4 exponent range seen
+  alignas(64) uint8_t t[256];
+  for (int64_t b = 0; b < 2; ++b) {
+    const int64_t nb = nr - 16 * b < 0 ? 0 : nr - 16 * b > 16 ? 16 : nr - 16 * b;
+    const uint8_t* p = w.scales + (r + 16 * b) * ld;
+    for (int64_t j0 = 0; j0 < ld; j0 += 16) {
+      const int64_t len = ld - j0 < 16 ? ld - j0 : 16;
+      const __mmask16 lm = len == 16 ? __mmask16(0xFFFF) : __mmask16((1u << len) - 1);
+      // Missing rows and bytes: MXFP4 exponent 127 (inside the range), NVFP4 0.
+      __m512i o[4];
+      transpose_byte_rows(p + j0, ld, nb, lm, _mm_set1_epi8(kNv ? 0 : 127), o);
+      for (int q = 0; q < 4; ++q) _mm512_store_si512(t + 64 * q, o[q]);
+      for (int64_t j = 0; j < len; ++j) {
+        const __m128i bytes = _mm_load_si128(reinterpret_cast<const __m128i*>(t + 16 * j));
         if (kNv) {
-          const uint8_t* sp = w.scales + (r + n) * (w.cols / 16) + 2 * kt;
-          lo = e4m3_value(sp[0]);
-          hi = w.cols - kt * kTileK >= kTileK ? e4m3_value(sp[1]) : 0.0f;
+          // byte j0 + j is half (j0 + j) % 2 of tile (j0 + j) / 2; E4M3 to
+          // f32 through f16 (e4m3_hi_to_f16: the value times 2^-8).
+          const __m256i hi_bytes = _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 8);
+          const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_hi_to_f16(hi_bytes)), _mm512_set1_ps(256.0f));
+          const int64_t kt = (j0 + j) / 2, half = (j0 + j) % 2;
+          _mm512_store_ps(ps.scale + (kt * 2 + half) * 32 + 16 * b, v);
         } else {
-          // 2^(e-127) as the float with exponent field e; e = 0 gives 0, as
-          // mx_scales does (simd_avx512.h).
-          const uint32_t e = w.scales[(r + n) * (w.cols / 32) + kt];
-          lo = hi = bits_to_float(e << 23);
-          exp_ok = exp_ok && e >= 2 && e <= 252;
-          const int32_t d = (int32_t(e) - 127) * 128;
-          add = int32_t((uint32_t(d) & 0xFFFF) * 0x10001u);
+          // 2^(e-127) as the float with exponent field e (e = 0 gives 0, as
+          // mx_scales does, simd_avx512.h), and (e - 127) << 7 per word.
+          const __m512i e = _mm512_cvtepu8_epi32(bytes);
+          const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+          const int64_t kt = j0 + j;
+          _mm512_store_ps(ps.scale + (kt * 2 + 0) * 32 + 16 * b, v);
+          _mm512_store_ps(ps.scale + (kt * 2 + 1) * 32 + 16 * b, v);
+          const __m512i d = _mm512_and_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(127)), 7),
+                                             _mm512_set1_epi32(0xFFFF));
+          _mm512_store_si512(ps.exp_add + kt * 32 + 16 * b, _mm512_or_si512(d, _mm512_slli_epi32(d, 16)));
+          lo_e = _mm512_min_epi32(lo_e, e);
+          hi_e = _mm512_max_epi32(hi_e, e);
         }
       }
-      ps.scale[(kt * 2 + 0) * 32 + n] = lo;
-      ps.scale[(kt * 2 + 1) * 32 + n] = hi;
-      if (!kNv) ps.exp_add[kt * 32 + n] = add;
     }
-  return exp_ok;
+    // NVFP4 with cols % 32 == 16: the last tile has no second half.
+    if (kNv && ld % 2 == 1) _mm512_store_ps(ps.scale + ((kts - 1) * 2 + 1) * 32 + 16 * b, _mm512_setzero_ps());
+  }
+  return kNv || (_mm512_reduce_min_epi32(lo_e) >= 2 && _mm512_reduce_max_epi32(hi_e) <= 252);
 }
 
 // B tile b (rows r + 16b ..) of FP4 weights for columns [32 kt, 32 kt + 32)
@@ -221,16 +246,8 @@ void fp4_b_tile(const RawWeights& w, int64_t r, int64_t nr, int64_t kt, int b, c
   const int64_t ld = w.cols / 2;
   const __mmask16 lm = w.cols - kt * kTileK >= kTileK ? __mmask16(0xFFFF) : __mmask16(0x00FF);
   const uint8_t* p = w.data + r * ld + kt * 16;
-  const __m512i a0 = four_code_rows(p, ld, 0, nr, lm), a1 = four_code_rows(p, ld, 4, nr, lm);
-  const __m512i a2 = four_code_rows(p, ld, 8, nr, lm), a3 = four_code_rows(p, ld, 12, nr, lm);
-  // 16 x 16 byte transpose, two rounds of vpermt2b: o[q] lane kk = pair
-  // 4q + kk's byte of every row.
-  const __m512i x1lo = _mm512_load_si512(kByteIndex.r1_lo), x1hi = _mm512_load_si512(kByteIndex.r1_hi);
-  const __m512i x2lo = _mm512_load_si512(kByteIndex.r2_lo), x2hi = _mm512_load_si512(kByteIndex.r2_hi);
-  const __m512i p01 = _mm512_permutex2var_epi8(a0, x1lo, a1), p23 = _mm512_permutex2var_epi8(a0, x1hi, a1);
-  const __m512i q01 = _mm512_permutex2var_epi8(a2, x1lo, a3), q23 = _mm512_permutex2var_epi8(a2, x1hi, a3);
-  const __m512i o[4] = {_mm512_permutex2var_epi8(p01, x2lo, q01), _mm512_permutex2var_epi8(p01, x2hi, q01),
-                        _mm512_permutex2var_epi8(p23, x2lo, q23), _mm512_permutex2var_epi8(p23, x2hi, q23)};
+  __m512i o[4];
+  transpose_byte_rows(p, ld, nr, lm, _mm_setzero_si128(), o);
   const __m512i table = e2m1_bf16_table();
   const float* sc = ps.scale + kt * 64 + 16 * b;
   const __m512 s_lo = _mm512_load_ps(sc), s_hi = _mm512_load_ps(sc + 32);
