@@ -112,14 +112,14 @@ const std::vector<KernelDesc>& kernel_registry() {
       {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
        "AVX2 maddubs int8 dot (FP4 / INT4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
        nullptr, kInt8Acts, kInt8ActsFormats},
-      // AMX-BF16 tiles for batches (linear_amx.cpp): MXFP4, NVFP4 and BF16
-      // weights against activations split exactly into three BF16 parts,
+      // AMX-BF16 tiles for batches (linear_amx.cpp): MXFP4, NVFP4, BF16 and
+      // FP8 (UE8M0) weights against activations split exactly into three BF16 parts,
       // from kAmxMinTokens tokens per call; other formats and fewer tokens
       // run as cpu_avx512. Exact, but not batch invariant: opt-in.
       // Efficiencies: cpu_avx512's at decode; compute from bench/RESULTS.md
       // (AMX, 64 tokens).
       {"cpu_avx512_amx", Op::linear, kAllWeightFormats, needs_amx, 0, 0.85, 1.0,
-       "AMX-BF16 tiles from 16 tokens (MXFP4 / NVFP4 / BF16 x activations split exactly into 3 BF16), "
+       "AMX-BF16 tiles from 16 tokens (MXFP4 / NVFP4 / BF16 / FP8-UE8M0 x activations split exactly into 3 BF16), "
        "else as cpu_avx512",
        linear_avx512_amx, nullptr, nullptr, {}, nullptr, kAmxBatchVariant},
       {"cpu_avx512", Op::moe, kAllWeightFormats, needs_avx512, 0, 0.85, 0.5,

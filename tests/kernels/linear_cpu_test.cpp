@@ -95,7 +95,8 @@ void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, ui
     ASSERT_NE(cls, x86::ActsClass::int8_blocks);
   }
   if (v.acts == Fp4Acts::bf16x3) {
-    const bool tiles = c.format == Format::mxfp4 || c.format == Format::nvfp4 || c.format == Format::bf16;
+    const bool tiles = c.format == Format::mxfp4 || c.format == Format::nvfp4 || c.format == Format::bf16 ||
+                       (c.format == Format::fp8_block128 && c.fp8 == Fp8ScaleType::ue8m0);
     ASSERT_EQ(cls == x86::ActsClass::bf16x3, tiles && n >= x86::kAmxMinTokens);
   }
   std::vector<double> wd = dequantized(w.view);
@@ -386,6 +387,48 @@ TEST(AmxSplit, ThreeBf16PartsSumToXExactly) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace nibble
+
+namespace nibble {
+namespace {
+
+TEST(AmxFp8, RowRangesAcrossScaleBandsAndExtremeScales) {
+  // FP8 block-128 on tiles: a 16-row tile may straddle two 128-row scale
+  // bands when a row range starts off the 16-row grid (linear_rows may be
+  // called so), and scales whose exponent add would leave the normal range
+  // (here 2^-118) take the f32 multiply instead. Against linear_ref, the
+  // exact kernels' per-element budget (cols additions into C_hi, the small
+  // C_lo ones) plus an absolute floor for the products the tile unit
+  // flushes below 2^-126 (|w x| < 2^-118 * 448 * 4 per product here).
+  if (std::string why = amx_unsupported_here(); !why.empty()) GTEST_SKIP() << why;
+  const cpu::IsaKernels& k = cpu::isa_kernels(CpuIsa::avx512, Fp4Acts::bf16x3);
+  const int64_t rows = 300, cols = 300, n = 20;
+  OwnedWeights w = random_weights(Format::fp8_block128, rows, cols, 31, Fp8ScaleType::ue8m0);
+  const int64_t tiles = (cols + 127) / 128;
+  for (int64_t t = 0; t < tiles; ++t) w.scales[size_t(1 * tiles + t)] = 9;  // band 1: rows 128..255
+  std::vector<float> x(size_t(n * cols));
+  random_normal(x.data(), int64_t(x.size()), 32);
+  const x86::RawWeights raw = cpu::raw_weights(w.view);
+  ASSERT_EQ(k.acts_class(raw.kind, n), x86::ActsClass::bf16x3);
+  cpu::ScratchBuffer buf;
+  const x86::PreparedActs a = cpu::prepare_acts(k, x86::ActsClass::bf16x3, x.data(), n, cols, buf, nullptr);
+  std::vector<float> y(size_t(n * rows), 0.0f), ref(size_t(n * rows));
+  linear_ref(w.view, x.data(), n, ref.data(), nullptr);
+  // Ranges across the band edges at 128 and 256, off the 16-row grid.
+  for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 121}, {121, 140}, {140, 250}, {250, 300}})
+    k.linear_rows(raw, r0, r1, a, x86::RowsOut{y.data(), rows, nullptr, false, nullptr});
+  std::vector<double> wd = dequantized(w.view);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double mag = 0;
+      for (int64_t j = 0; j < cols; ++j) mag += std::fabs(wd[size_t(r * cols + j)] * x[size_t(t * cols + j)]);
+      const size_t i = size_t(t * rows + r);
+      ASSERT_LE(std::fabs(double(y[i]) - ref[i]), (cols * (1 + 2 * 0x1p-8) + 8) * 0x1p-24 * mag + cols * 0x1p-126)
+          << "token " << t << " row " << r << ": " << y[i] << " vs " << ref[i];
+    }
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ struct RawWeights {
 //   int8_int4     INT4 weights, lossy (opt-in `*_int8` backends): x rounded
 //                 to int8 per block of 32 as int8_blocks, laid out for the
 //                 codes' byte order (int4_int8_avx2.cpp / int4_int8_avx512.cpp)
-//   bf16x3        MXFP4, NVFP4 and BF16 weights on AMX tiles (opt-in
+//   bf16x3        MXFP4, NVFP4, BF16 and FP8 (UE8M0) weights on AMX tiles (opt-in
 //                 `cpu_avx512_amx` backends, from kAmxMinTokens tokens per
 //                 call): x split into BF16 hi, mid, lo planes with
 //                 hi + mid + lo == x exactly (linear_amx.cpp)
@@ -124,8 +124,8 @@ void amx_prepare_acts(const float* x, int64_t n, int64_t cols, uint8_t* out);
 // 32-row pass, and 16 gathered token rows.
 int64_t amx_weight_scratch_bytes(int64_t cols);
 int64_t amx_token_scratch_bytes(int64_t cols);
-// Rows [r0, r1) of W (MXFP4, NVFP4 or BF16) against all a.n tokens of a
-// bf16x3 layout.
+// Rows [r0, r1) of W (MXFP4, NVFP4, BF16 or FP8 with UE8M0 scales) against
+// all a.n tokens of a bf16x3 layout.
 void amx_rows(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, const RowsOut& out,
               uint8_t* weight_scratch, uint8_t* token_scratch);
 

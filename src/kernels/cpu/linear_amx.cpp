@@ -1,9 +1,12 @@
 // AMX-BF16 linear kernels (Sapphire Rapids and later): Y[n, rows] = X · W^T
-// for MXFP4, NVFP4 and BF16 weights on the tile unit, with exact products.
+// for MXFP4, NVFP4, BF16 and FP8 block-128 (UE8M0 scales) weights on the
+// tile unit, with exact products.
 //
-// Why it can be exact. Every MXFP4 weight (E2M1 x 2^k) and every NVFP4
-// weight before its global scale (E2M1 x E4M3: at most 6 significant bits)
-// is a BF16 number, and so is every BF16 weight. An f32 activation x splits
+// Why it can be exact. Every MXFP4 weight (E2M1 x 2^k), every NVFP4 weight
+// before its global scale (E2M1 x E4M3: at most 6 significant bits), every
+// FP8 weight with a power-of-two scale (E4M3 x 2^k: 4 bits) is a BF16
+// number, and so is every BF16 weight. (FP8 with f32 scales is not: those
+// run on the FMA kernels.) An f32 activation x splits
 // into three BF16 numbers, hi = bf16(x), mid = bf16(x - hi),
 // lo = x - hi - mid, with hi + mid + lo == x exactly (round to nearest even
 // leaves at most 16 significant bits in x - hi and 8 in x - hi - mid). A
@@ -29,7 +32,9 @@
 // 2k+1), so a 16 x 16 byte transpose of the packed codes gives B's pairs
 // directly; a table lookup (vpermw) turns each nibble into its BF16 E2M1
 // value, and an f32 multiply by the row's block scale (exact) finishes the
-// weight. BF16 rows are transposed as 16 x 16 dwords.
+// weight. FP8 codes (one per byte) go through the same byte transpose, two
+// columns to a dword, and become BF16 by moving their exponent field. BF16
+// rows are transposed as 16 x 16 dwords.
 //
 // Blocking. A pass covers 32 weight rows (two B tiles) and 16 tokens (one
 // A tile per plane): 4 accumulator tiles (C_hi, C_lo per B), 2 B tiles and 2
@@ -105,7 +110,15 @@ inline __m512i e2m1_bf16_table() {
 struct ByteIndex {
   alignas(64) uint8_t r1_lo[64] = {}, r1_hi[64] = {}, r2_lo[64] = {}, r2_hi[64] = {};
   alignas(64) uint8_t spread[4][64] = {};
+  // `pair[h]`: bytes n of lanes 2h and 2h + 1 to bytes 4n and 4n + 2 (two
+  // neighbouring columns of row n as the words of dword n).
+  alignas(64) uint8_t pair[2][64] = {};
   constexpr ByteIndex() {
+    for (int h = 0; h < 2; ++h)
+      for (int n = 0; n < 16; ++n) {
+        pair[h][4 * n] = uint8_t(2 * h * 16 + n);
+        pair[h][4 * n + 2] = uint8_t((2 * h + 1) * 16 + n);
+      }
     for (int q = 0; q < 4; ++q)
       for (int kk = 0; kk < 4; ++kk)
         for (int n = 0; n < 8; ++n) {
@@ -262,6 +275,62 @@ void fp4_b_tile(const RawWeights& w, int64_t r, int64_t nr, int64_t kt, int b, c
     put(4 * q + 1, fp4_pair_row<1>(o[q], table));
     put(4 * q + 2, fp4_pair_row<2>(o[q], table));
     put(4 * q + 3, fp4_pair_row<3>(o[q], table));
+  }
+}
+
+// E4M3 codes (the low byte of each word) to BF16 bits, exactly: normal
+// codes by moving the exponent field (bias 7 -> 127), subnormals (m x 2^-9)
+// from a table; the NaN codes 0x7F / 0xFF read as +-480, as in the FMA
+// kernels (simd_avx512.h: e4m3_hi_to_f16).
+inline __m512i e4m3_to_bf16(__m512i c) {
+  const __m512i sub_table = _mm512_setr_epi32(0x3B000000, 0x3BC03B80, 0x3C203C00, 0x3C603C40, 0, 0, 0, 0, 0, 0, 0, 0,
+                                              0, 0, 0, 0);
+  const __m512i normal =
+      _mm512_add_epi16(_mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x7F)), 4), _mm512_set1_epi16(0x3C00));
+  const __mmask32 sub = _mm512_testn_epi16_mask(c, _mm512_set1_epi16(0x78));  // exponent field 0
+  const __m512i v = _mm512_mask_permutexvar_epi16(normal, sub, _mm512_and_si512(c, _mm512_set1_epi16(7)), sub_table);
+  return _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
+}
+
+// B tile of FP8 block-128 weights with UE8M0 scales, rows [r, r + nr)
+// (nr <= 16), columns [32 kt, 32 kt + 32) (past w.cols: zero). A tile lies
+// in one 128-column scale tile; its rows span at most two 128-row bands.
+// The scale 2^(e-127) multiplies exactly (E4M3 has 4 significant bits):
+// as an exponent add where every result stays normal, else in f32.
+void fp8_b_tile(const RawWeights& w, int64_t r, int64_t nr, int64_t kt, uint32_t* tile) {
+  const int64_t ld = w.cols, left = w.cols - kt * kTileK;
+  const __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+  const __mmask16 m1 = left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1);
+  const uint8_t* p = w.data + r * ld + kt * kTileK;
+  __m512i lo[4], hi[4];  // columns 0..15 and 16..31, transposed
+  transpose_byte_rows(p, ld, nr, m0, _mm_setzero_si128(), lo);
+  transpose_byte_rows(p + 16, ld, nr, m1, _mm_setzero_si128(), hi);
+  // The scales of the (at most two) bands: rows from `split` on are in the
+  // second.
+  const int64_t tiles = (w.cols + 127) / 128, band = r / 128;
+  const int64_t split = (band + 1) * 128 - r;  // >= 1
+  const uint32_t ea = w.scales[band * tiles + kt / 4];
+  const uint32_t eb = split < nr ? w.scales[(band + 1) * tiles + kt / 4] : ea;
+  const __mmask16 second = split >= 16 ? __mmask16(0) : __mmask16(0xFFFF << split);
+  const bool exp_path = ea >= 10 && ea <= 246 && eb >= 10 && eb <= 246;
+  const __m512i e = _mm512_mask_mov_epi32(_mm512_set1_epi32(int32_t(ea)), second, _mm512_set1_epi32(int32_t(eb)));
+  const __m512i d = _mm512_and_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(127)), 7),
+                                     _mm512_set1_epi32(0xFFFF));
+  const __m512i e_add = _mm512_or_si512(d, _mm512_slli_epi32(d, 16));
+  // 2^(e-127) in f32 for the other path, with ue8m0_value's ends: e = 0 is
+  // 2^-127 (subnormal), e = 255 NaN.
+  auto scale_of = [](uint32_t x) {
+    return x == 0 ? bits_to_float(0x00400000u) : x == 255 ? bits_to_float(0x7FC00000u) : bits_to_float(x << 23);
+  };
+  const __m512 s = _mm512_mask_mov_ps(_mm512_set1_ps(scale_of(ea)), second, _mm512_set1_ps(scale_of(eb)));
+  const __m512i pair0 = _mm512_load_si512(kByteIndex.pair[0]), pair1 = _mm512_load_si512(kByteIndex.pair[1]);
+  for (int k = 0; k < 16; ++k) {
+    // Pair k: columns 2k, 2k + 1, lanes (2k % 16) and +1 of vector (2k % 16) / 4.
+    const __m512i src = k < 8 ? lo[(2 * k) / 4] : hi[(2 * k - 16) / 4];
+    const __m512i c = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, (k % 2) ? pair1 : pair0, src);
+    __m512i v = e4m3_to_bf16(c);
+    v = exp_path ? scale_pairs_exp(v, e_add) : scale_pairs_mul(v, s);
+    _mm512_store_si512(tile + 16 * k, v);
   }
 }
 
@@ -422,6 +491,9 @@ void amx_rows(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a
             } else if (fp4) {
               fp4_b_tile<false>(w, r, nr0, kt, 0, ps, exp_path, b0);
               fp4_b_tile<false>(w, r + 16, nr1, kt, 1, ps, exp_path, b1);
+            } else if (w.kind == WeightKind::fp8_ue8m0) {
+              fp8_b_tile(w, r, nr0, kt, b0);
+              fp8_b_tile(w, r + 16, nr1, kt, b1);
             } else {
               bf16_b_tile(w, r, nr0, kt, b0);
               bf16_b_tile(w, r + 16, nr1, kt, b1);

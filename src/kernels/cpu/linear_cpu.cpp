@@ -38,10 +38,13 @@ ActsClass acts_class(WeightKind kind, int64_t /*n*/) {
   return ActsClass::f32_plain;
 }
 
-// The AMX kernels: from kAmxMinTokens prepared tokens, MXFP4, NVFP4 and
-// BF16 weights take the tile path; the rest is the AVX-512 f32 kernels'.
+// The AMX kernels: from kAmxMinTokens prepared tokens, MXFP4, NVFP4, BF16
+// and FP8 (UE8M0 scales) weights take the tile path; the rest (FP8 with f32
+// scales, whose products would not be BF16 numbers; F32; INT4) is the
+// AVX-512 f32 kernels'.
 ActsClass amx_acts_class(WeightKind kind, int64_t n) {
-  const bool tiles = kind == WeightKind::mxfp4 || kind == WeightKind::nvfp4 || kind == WeightKind::bf16;
+  const bool tiles = kind == WeightKind::mxfp4 || kind == WeightKind::nvfp4 || kind == WeightKind::bf16 ||
+                     kind == WeightKind::fp8_ue8m0;
   return tiles && n >= x86::kAmxMinTokens ? ActsClass::bf16x3 : acts_class<Fp4Acts::f32>(kind, n);
 }
 

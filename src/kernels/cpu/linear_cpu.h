@@ -22,12 +22,12 @@ namespace nibble {
 //         dot products (VNNI / maddubs): faster at large batches, lossy
 //         (opt-in backends cpu_avx2_int8, cpu_avx512_int8)
 //   bf16x3  AVX-512 only, on AMX tiles (opt-in backends cpu_avx512_amx):
-//         from x86::kAmxMinTokens tokens per call, MXFP4, NVFP4 and BF16
-//         weights multiply x split exactly into three BF16 parts (products
+//         from x86::kAmxMinTokens tokens per call, MXFP4, NVFP4, BF16 and
+//         FP8 (UE8M0 scales) weights multiply x split exactly into three BF16 parts (products
 //         exact, f32 accumulation, as exact as f32); fewer tokens, and the
 //         other formats, run as f32. A token's last bits then depend on how
 //         many tokens share its call: not batch invariant.
-// FP8 and F32 weights always run against f32 activations, exactly.
+// Other FP8 and F32 weights always run against f32 activations, exactly.
 enum class Fp4Acts { f32, int8, bf16x3 };
 const char* fp4_acts_name(Fp4Acts a);  // "f32", "int8", "bf16x3"
 
