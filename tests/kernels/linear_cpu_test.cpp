@@ -389,12 +389,6 @@ TEST(AmxSplit, ThreeBf16PartsSumToXExactly) {
   }
 }
 
-}  // namespace
-}  // namespace nibble
-
-namespace nibble {
-namespace {
-
 TEST(AmxFp8, RowRangesAcrossScaleBandsAndExtremeScales) {
   // FP8 block-128 on tiles: a 16-row tile may straddle two 128-row scale
   // bands when a row range starts off the 16-row grid (linear_rows may be

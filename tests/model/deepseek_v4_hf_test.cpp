@@ -26,9 +26,10 @@ constexpr double kRelTol = 1e-5;
 
 class DeepseekV4Hf : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(DeepseekV4Hf, FullForwardMatchesTransformers) {
-  const std::string name = GetParam();
-  auto model = load_model(test::fixture_dir(name), test::test_load_options());
+// The fixture's every sequence, fed from position 0 with `backend`, against
+// the oracle's logits.
+void expect_matches_transformers(const std::string& name, const std::string& backend) {
+  auto model = load_model(test::fixture_dir(name), test::test_load_options(backend));
   test::Expected exp = test::load_expected(name);
   ASSERT_EQ(model->vocab_size(), exp.vocab);
   for (size_t i = 0; i < exp.sequences.size(); ++i) {
@@ -39,34 +40,23 @@ TEST_P(DeepseekV4Hf, FullForwardMatchesTransformers) {
     model->forward(*st, seq.tokens, logits.data(), /*all_logits=*/true);
     EXPECT_EQ(st->position(), n);
     test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, kRelTol);
-    std::printf("[ %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(), i,
-                (long long)n, c.max_err, (long long)c.worst_position);
+    std::printf("[ %s %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(),
+                backend.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
     EXPECT_LE(c.max_err, kRelTol) << name << " sequence " << i << " worst position " << c.worst_position;
     EXPECT_EQ(c.argmax_mismatches, 0) << name << " sequence " << i;
   }
 }
 
-// The opt-in AMX backend (cpu_avx512_amx: MXFP4 / NVFP4 / BF16 matrices on
-// tiles from 8 tokens per call, activations split exactly into 3 BF16 parts)
-// owes the exact kernels' tolerance: a whole-prompt forward puts the head,
-// the shared expert and the busier routed experts on the tile path.
+TEST_P(DeepseekV4Hf, FullForwardMatchesTransformers) { expect_matches_transformers(GetParam(), "cpu_ref"); }
+
+// The opt-in AMX backend (cpu_avx512_amx: MXFP4 / NVFP4 / BF16 / FP8-UE8M0
+// matrices on tiles from 16 tokens per call, activations split exactly into
+// 3 BF16 parts) owes the exact kernels' tolerance: a whole-prompt forward
+// puts the attention projections, the head, the shared expert and the
+// busier routed experts on the tile path.
 TEST_P(DeepseekV4Hf, AmxBackendMatchesTransformers) {
   if (std::string why = amx_unsupported_here(); !why.empty()) GTEST_SKIP() << "cpu_avx512_amx: " << why;
-  const std::string name = GetParam();
-  auto model = load_model(test::fixture_dir(name), test::test_load_options("cpu_avx512_amx"));
-  test::Expected exp = test::load_expected(name);
-  for (size_t i = 0; i < exp.sequences.size(); ++i) {
-    const auto& seq = exp.sequences[i];
-    const int64_t n = int64_t(seq.tokens.size());
-    std::vector<float> logits(size_t(n * exp.vocab));
-    auto st = model->new_state();
-    model->forward(*st, seq.tokens, logits.data(), /*all_logits=*/true);
-    test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, kRelTol);
-    std::printf("[ %s amx ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(), i,
-                (long long)n, c.max_err, (long long)c.worst_position);
-    EXPECT_LE(c.max_err, kRelTol) << name << " sequence " << i << " worst position " << c.worst_position;
-    EXPECT_EQ(c.argmax_mismatches, 0) << name << " sequence " << i;
-  }
+  expect_matches_transformers(GetParam(), "cpu_avx512_amx");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Hf, ::testing::ValuesIn(test::dsv4_fixtures()));
