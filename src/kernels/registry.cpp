@@ -116,8 +116,11 @@ const std::vector<KernelDesc>& kernel_registry() {
       // FP8 (UE8M0) weights against activations split exactly into three BF16 parts,
       // from kAmxMinTokens tokens per call; other formats and fewer tokens
       // run as cpu_avx512. Exact, but not batch invariant: opt-in.
-      // Efficiencies: cpu_avx512's at decode; compute from bench/RESULTS.md
-      // (AMX, 64 tokens).
+      // Efficiencies: cpu_avx512's at decode (the same kernels below 16
+      // tokens); compute 1.0: from 32 tokens the tile path ran 1.3-1.6x the
+      // zmm FMA peak for MXFP4 / BF16 (bench/RESULTS.md, "AMX-BF16 tiles"),
+      // capped at the nominal peak; the estimate only orders explain's list,
+      // as the planner never picks the kernel itself.
       {"cpu_avx512_amx", Op::linear, kAllWeightFormats, needs_amx, 0, 0.85, 1.0,
        "AMX-BF16 tiles from 16 tokens (MXFP4 / NVFP4 / BF16 / FP8-UE8M0 x activations split exactly into 3 BF16), "
        "else as cpu_avx512",

@@ -100,7 +100,6 @@ std::string request_amx_permission() {
 #endif
 }
 
-
 }  // namespace
 
 const IsaKernels& isa_kernels(CpuIsa isa, Fp4Acts acts) {
