@@ -132,6 +132,7 @@ Device cuda_device(const std::string& spec, double bandwidth_gbps) {
   d.kind = DeviceKind::cuda;
   d.sm = info->sm;
   d.cores = info->sms;
+  d.memory_bytes = info->memory_bytes;
   int clock_khz = 0;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, index);
   d.peak_gflops = double(info->sms) * double(clock_khz) * 1e3 * bf16_flops_per_sm_clock(info->sm) / 1e9;

@@ -4,6 +4,7 @@
 // hardware that is not present.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct Device {
   double bandwidth_gbps = 0;   // memory read bandwidth, GB/s (1e9 bytes)
   std::string bandwidth_source;  // "measured", "--bandwidth flag", "nominal"
   double peak_gflops = 0;      // nominal dense compute for the cost model (f32 or tensor-core)
+  uint64_t memory_bytes = 0;   // CUDA: device memory (this GPU's, or the named one's spec sheet); 0 for CPUs
   std::string description;     // one line for `explain`
 };
 

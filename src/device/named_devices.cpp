@@ -39,7 +39,7 @@ Device cpu_named(const char* name, bool avx512, int cores, double gbps, const ch
   return d;
 }
 
-Device cuda_named(const char* name, int sm, int sms, double gbps, double tflops, const char* desc) {
+Device cuda_named(const char* name, int sm, int sms, double gbps, double tflops, double mem_gb, const char* desc) {
   Device d;
   d.name = name;
   d.kind = DeviceKind::cuda;
@@ -49,6 +49,7 @@ Device cuda_named(const char* name, int sm, int sms, double gbps, double tflops,
   d.bandwidth_gbps = gbps;
   d.bandwidth_source = "nominal";
   d.peak_gflops = tflops * 1000;
+  d.memory_bytes = uint64_t(mem_gb * 1e9);
   d.description = desc;
   return d;
 }
@@ -102,13 +103,13 @@ Device named_device(const std::string& name, int threads, double bandwidth_gbps)
   else if (name == "cpu-avx512")
     d = cpu_named("cpu-avx512", true, 32, 186, "server x86-64 with AVX-512 VNNI, 32 cores, 186 GB/s");
   else if (name == "sm_80")
-    d = cuda_named("sm_80", 80, 108, 2039, 312, "NVIDIA A100 80GB (Ampere)");
+    d = cuda_named("sm_80", 80, 108, 2039, 312, 80, "NVIDIA A100 80GB (Ampere)");
   else if (name == "sm_90")
-    d = cuda_named("sm_90", 90, 132, 3350, 989, "NVIDIA H100 SXM (Hopper)");
+    d = cuda_named("sm_90", 90, 132, 3350, 989, 80, "NVIDIA H100 SXM 80GB (Hopper)");
   else if (name == "sm_100")
-    d = cuda_named("sm_100", 100, 148, 8000, 2250, "NVIDIA B200 (Blackwell datacenter)");
+    d = cuda_named("sm_100", 100, 148, 8000, 2250, 180, "NVIDIA B200 180GB (Blackwell datacenter)");
   else if (name == "sm_120")
-    d = cuda_named("sm_120", 120, 188, 1792, 500, "NVIDIA RTX PRO 6000 Blackwell (workstation)");
+    d = cuda_named("sm_120", 120, 188, 1792, 500, 96, "NVIDIA RTX PRO 6000 Blackwell 96GB (workstation)");
   else {
     std::string known;
     for (const auto& n : named_device_list()) known += (known.empty() ? "" : ", ") + n;

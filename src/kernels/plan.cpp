@@ -1,6 +1,7 @@
 #include "kernels/plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -175,6 +176,14 @@ Plan make_plan(const std::string& path, const Detection& det, const ModelLayout&
   }
   if (plan.bytes_per_token > 0 && device.bandwidth_gbps > 0)
     plan.bound_tokens_per_s = device.bandwidth_gbps * 1e9 / double(plan.bytes_per_token);
+  // The weights alone must fit the GPU (KV caches and activations need more
+  // on top); nibble runs a model on one device.
+  if (device.kind == DeviceKind::cuda && device.memory_bytes > 0 && plan.device_bytes > device.memory_bytes) {
+    char msg[256];
+    std::snprintf(msg, sizeof msg, "the weights need %.1f GB on %s, which has %.1f GB: they do not fit on one GPU",
+                  double(plan.device_bytes) / 1e9, device.name.c_str(), double(device.memory_bytes) / 1e9);
+    plan.warnings.push_back(msg);
+  }
   return plan;
 }
 
