@@ -61,6 +61,10 @@ struct PreparedActs {
   int64_t n;                   // tokens
   const int32_t* token_index;  // token t's row is token_index[t]; null: row t
   ActsClass cls;               // the layout of data
+  // Nonzero: this preparation's number, never reused in the process
+  // (cpu::new_acts_epoch), so a kernel may keep what it derived from these
+  // rows (the AMX kernels' compacted tiles) across the row ranges of a call.
+  uint64_t epoch;
 };
 
 // Where a row range's results go: for token t and row r, with
@@ -125,9 +129,12 @@ void amx_prepare_acts(const float* x, int64_t n, int64_t cols, uint8_t* out);
 int64_t amx_weight_scratch_bytes(int64_t cols);
 int64_t amx_token_scratch_bytes(int64_t cols);
 // Rows [r0, r1) of W (MXFP4, NVFP4, BF16 or FP8 with UE8M0 scales) against
-// all a.n tokens of a bf16x3 layout.
+// all a.n tokens of a bf16x3 layout. `tokens_ready`: token_scratch already
+// holds these tokens' compacted tiles (the caller saw this call's tokens,
+// all in one chunk, last time; amx_tokens_fit_one_chunk).
 void amx_rows(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, const RowsOut& out,
-              uint8_t* weight_scratch, uint8_t* token_scratch);
+              uint8_t* weight_scratch, uint8_t* token_scratch, bool tokens_ready);
+bool amx_tokens_fit_one_chunk(int64_t n, int64_t cols);
 
 // ---- AVX2 (+FMA, F16C) ---------------------------------------------------------
 // fp4_f32_rows_avx2 takes 1 <= n_tok <= kFp4MaxTokensAvx2 tokens (more than

@@ -442,8 +442,10 @@ int64_t amx_weight_scratch_bytes(int64_t cols) {
 
 int64_t amx_token_scratch_bytes(int64_t cols) { return chunk_groups(cols) * 16 * 3 * round_up(cols, kTileK) * 2; }
 
+bool amx_tokens_fit_one_chunk(int64_t n, int64_t cols) { return n <= 16 * chunk_groups(cols); }
+
 void amx_rows(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, const RowsOut& out,
-              uint8_t* wbuf, uint8_t* tbuf) {
+              uint8_t* wbuf, uint8_t* tbuf, bool tokens_ready) {
   if (r1 <= r0 || a.n <= 0) return;
   load_tile_config();
   const int64_t kp = round_up(w.cols, kTileK), kts = kp / kTileK;
@@ -459,8 +461,8 @@ void amx_rows(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a
     const int64_t groups = (a.n - c0 + 15) / 16 < cg ? (a.n - c0 + 15) / 16 : cg;
     // The chunk's A tiles, tile-major ([group][kt][plane] x 16 rows of 64
     // bytes, rows past the last token zero), so each tile load reads 1 KB in
-    // order.
-    for (int64_t g = 0; g < groups; ++g)
+    // order; kept from the previous row range when the caller says so.
+    for (int64_t g = 0; g < groups && !(tokens_ready && c0 == 0); ++g)
       for (int64_t i = 0; i < 16; ++i) {
         const int64_t t = c0 + 16 * g + i;
         const uint8_t* src = t < a.n ? a.data + (a.token_index ? a.token_index[t] : t) * a.stride : nullptr;

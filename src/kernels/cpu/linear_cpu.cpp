@@ -58,16 +58,30 @@ void amx_prepare(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* 
 }
 
 // The tile path's scratch lives here (the ISA file allocates nothing), one
-// pair per thread, grown to the widest matrix seen.
+// pair per thread, grown to the widest matrix seen. The compacted token
+// tiles are kept for the next call on the same tokens of the same
+// preparation (the MoE runs an expert's gate and up projections, and every
+// row range of each, on one prepared x: compacting it once per thread, not
+// per row range, saves a copy as large as the activations each time).
 void amx_linear_rows(const x86::RawWeights& w, int64_t r0, int64_t r1, const x86::PreparedActs& a,
                      const x86::RowsOut& out) {
   if (a.cls != ActsClass::bf16x3) {
     x86::linear_rows_avx512(w, r0, r1, a, out);
     return;
   }
+  struct Held {
+    uint64_t epoch = 0;
+    const int32_t* token_index = nullptr;
+    int64_t n = 0, cols = 0;
+  };
   thread_local ScratchBuffer weights, tokens;
-  x86::amx_rows(w, r0, r1, a, out, weights.get(size_t(x86::amx_weight_scratch_bytes(w.cols))),
-                tokens.get(size_t(x86::amx_token_scratch_bytes(w.cols))));
+  thread_local Held held;
+  const bool one_chunk = x86::amx_tokens_fit_one_chunk(a.n, w.cols);
+  const bool ready = one_chunk && a.epoch != 0 && held.epoch == a.epoch && held.token_index == a.token_index &&
+                     held.n == a.n && held.cols == w.cols;
+  uint8_t* t = tokens.get(size_t(x86::amx_token_scratch_bytes(w.cols)));
+  x86::amx_rows(w, r0, r1, a, out, weights.get(size_t(x86::amx_weight_scratch_bytes(w.cols))), t, ready);
+  held = one_chunk ? Held{a.epoch, a.token_index, a.n, w.cols} : Held{};
 }
 
 const IsaKernels kAvx2 = {CpuIsa::avx2,           Fp4Acts::f32,          acts_class<Fp4Acts::f32>,
@@ -226,7 +240,12 @@ x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const floa
   } else {
     k.prepare_acts(c, x, n, cols, out);
   }
-  return {out, stride, n, nullptr, c};
+  return {out, stride, n, nullptr, c, new_acts_epoch()};
+}
+
+uint64_t new_acts_epoch() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace cpu

@@ -101,7 +101,12 @@ void parallel_items(ThreadPool* pool, int64_t n_items, FunctionRef<void(int64_t,
 // amortise the claim.
 int64_t row_chunk(int64_t rows, int threads);
 
-// Prepares x [n, cols] for `c` into `buf` (parallel over tokens for large n).
+// A number no other preparation of activations in this process has
+// (PreparedActs::epoch).
+uint64_t new_acts_epoch();
+
+// Prepares x [n, cols] for `c` into `buf` (parallel over tokens for large n),
+// with a new epoch.
 x86::PreparedActs prepare_acts(const IsaKernels& k, x86::ActsClass c, const float* x, int64_t n,
                                int64_t cols, ScratchBuffer& buf, ThreadPool* pool);
 

@@ -205,7 +205,7 @@ void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float
     g.u = hu + g.count * I;
     hu += (g.fused ? 3 : 2) * g.count * I;
     const ActsClass c = k.acts_class(g.w2.kind, g.count);
-    g.hp = PreparedActs{hp, k.acts_stride(c, I), g.count, nullptr, c};
+    g.hp = PreparedActs{hp, k.acts_stride(c, I), g.count, nullptr, c, cpu::new_acts_epoch()};
     g.hp_out = hp;
     hp += g.count * g.hp.stride;
   }
