@@ -12,9 +12,11 @@
 // leaves at most 16 significant bits in x - hi and 8 in x - hi - mid). A
 // BF16 x BF16 product is exact in f32, so w·x = w·hi + w·mid + w·lo is
 // computed from exact products; only the f32 accumulation rounds, as in the
-// FMA kernels. Three tile products per weight tile cost less than the FMA
-// path from a few tokens on: the tile unit does 16 x 16 x 32 multiply-adds
-// per TDPBF16PS, ~16 times an AVX-512 FMA's work per cycle.
+// FMA kernels. Three tile products per weight tile still cost less than
+// the FMA path from 16 tokens on (kAmxMinTokens): the tile unit does
+// 16 x 16 x 32 multiply-adds per TDPBF16PS, ~16 times an AVX-512 FMA's work
+// per cycle, and decoding the weight tile costs about as much as its three
+// products for 16 tokens.
 //
 // Rounding. Each output accumulates its hi products in one f32 tile (C_hi)
 // and its mid and lo products in another (C_lo, ~2^-8 of C_hi's magnitude,
@@ -23,16 +25,17 @@
 // flushes denormal inputs and results to zero (it ignores MXCSR): products
 // below 2^-126 are lost, far below any weight x activation of a real model.
 //
-// Operands. A (16 x 32 BF16) holds 16 tokens' activations for 32 columns,
-// straight from the prepared rows (ActsClass::bf16x3: per token the hi, mid
-// and lo planes, each round_up(cols, 32) BF16, zero-padded). B (16 x 16
+// Operands. A (16 x 32 BF16) holds 16 tokens' activations for 32 columns
+// of one plane, from the prepared rows (ActsClass::bf16x3: per token the
+// hi, mid and lo planes, each round_up(cols, 32) BF16, zero-padded),
+// compacted tile-major per chunk of token groups. B (16 x 16
 // dwords) holds 16 weight rows for the same 32 columns in the tile unit's
 // pair layout: row k of B, dword n = weight row n's columns 2k and 2k+1.
 // FP4 codes arrive two per byte (byte k of a row's 16 bytes = columns 2k,
 // 2k+1), so a 16 x 16 byte transpose of the packed codes gives B's pairs
 // directly; a table lookup (vpermw) turns each nibble into its BF16 E2M1
-// value, and an f32 multiply by the row's block scale (exact) finishes the
-// weight. FP8 codes (one per byte) go through the same byte transpose, two
+// value, and the row's block scale finishes the weight exactly (MXFP4: an
+// exponent add; NVFP4: an f32 multiply). FP8 codes (one per byte) go through the same byte transpose, two
 // columns to a dword, and become BF16 by moving their exponent field. BF16
 // rows are transposed as 16 x 16 dwords.
 //
