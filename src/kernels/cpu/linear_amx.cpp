@@ -427,12 +427,15 @@ void amx_prepare_acts(const float* x, int64_t n, int64_t cols, uint8_t* out) {
 
 namespace {
 
-// Token groups (of 16) per chunk: the chunk's compacted A tiles (96 bytes
-// per group and padded column) stay within ~1 MB of L2 beside the decoded
-// weights.
+// Token groups (of 16) per chunk, up to 4: each chunk decodes every weight
+// tile once, so fewer, larger chunks decode less. The chunk's compacted A
+// tiles (96 bytes per token and padded column) may spill from L2 to L3: at
+// 16384 columns (1.5 MB per group) 4 groups per chunk instead of 1 took 64
+// tokens from 255-293 ms to 162-169 ms on 2 threads (a 16384^2 MXFP4
+// matrix), and 4096 columns did not slow down.
 int64_t chunk_groups(int64_t cols) {
   const int64_t per_group = 16 * 3 * round_up(cols, kTileK) * 2;
-  const int64_t g = (int64_t(1) << 20) / per_group;
+  const int64_t g = (int64_t(6) << 20) / per_group;
   return g < 1 ? 1 : g > 4 ? 4 : g;
 }
 
