@@ -128,7 +128,7 @@ const IsaKernels& isa_kernels(CpuIsa isa, Fp4Acts acts) {
   const bool int8 = acts == Fp4Acts::int8;
   if (acts == Fp4Acts::bf16x3) {
     if (isa != CpuIsa::avx512) fail("the AMX kernels are AVX-512 kernels, not ", cpu_isa_name(isa));
-    if (std::string why = amx_unsupported_here(); !why.empty())
+    if (const std::string& why = amx_unsupported_here(); !why.empty())
       fail("cannot run the AMX kernels here: ", why);
     return kAvx512Amx;
   }
@@ -147,10 +147,14 @@ std::string amx_unsupported(const CpuFeatures& f) {
   return missing;
 }
 
-std::string amx_unsupported_here() {
-  if (std::string why = amx_unsupported(host_cpu_features()); !why.empty()) return why;
-  static const std::string refused = cpu::request_amx_permission();  // asked once per process
-  return refused;
+const std::string& amx_unsupported_here() {
+  // The host's answer never changes: asked once per process (isa_kernels
+  // asks on every call of the AMX backend's ops).
+  static const std::string why = [] {
+    std::string missing = amx_unsupported(host_cpu_features());
+    return missing.empty() ? cpu::request_amx_permission() : missing;
+  }();
+  return why;
 }
 
 namespace cpu {

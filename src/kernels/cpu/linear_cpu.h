@@ -45,8 +45,8 @@ void linear_avx512_amx(const WeightView& w, const float* x, int64_t n, float* y,
 // and the AVX-512 set), else the missing features.
 std::string amx_unsupported(const CpuFeatures& f);
 // The same for this process: the host's features, and Linux's grant of the
-// tile state (asked for once, on the first call).
-std::string amx_unsupported_here();
+// tile state (both asked once, on the first call).
+const std::string& amx_unsupported_here();
 
 // linear_ref, linear_avx2(_int8), linear_avx512(_int8) or linear_avx512_amx
 // (ref ignores acts; bf16x3 with avx2: null, there is no such kernel).
