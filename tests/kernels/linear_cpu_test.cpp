@@ -27,6 +27,7 @@
 #include "kernels/cpu/linear_cpu.h"
 #include "kernels/random_weights.h"
 #include "rounding.h"
+#include "support/kernel_variant.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -39,17 +40,9 @@ struct Case {
   Fp8ScaleType fp8 = Fp8ScaleType::ue8m0;
 };
 
-// One kernel variant: an ISA and what its FP4 path does with activations.
-struct Variant {
-  CpuIsa isa;
-  Fp4Acts acts;
-};
-
-std::string variant_name(const Variant& v) {
-  return std::string(cpu_isa_name(v.isa)) + (v.acts == Fp4Acts::int8 ? "_int8" : v.acts == Fp4Acts::bf16x3 ? "_amx" : "");
-}
-
-void PrintTo(const Variant& v, std::ostream* os) { *os << variant_name(v); }
+using Variant = test::KernelVariant;
+using test::variant_name;
+using test::variant_unsupported;
 
 std::string describe(const Case& c, int64_t n, const Variant& v) {
   return std::string(format_name(c.format)) + (c.format == Format::fp8_block128 && c.fp8 == Fp8ScaleType::f32 ? "(f32 scales)" : "") +
@@ -59,11 +52,6 @@ std::string describe(const Case& c, int64_t n, const Variant& v) {
 
 bool isa_available(CpuIsa isa) { return cpu_isa_unsupported(isa, host_cpu_features()).empty(); }
 
-// "" when this CPU runs the variant, else why not (the AMX one needs tiles).
-std::string variant_unsupported(const Variant& v) {
-  if (v.acts == Fp4Acts::bf16x3) return amx_unsupported_here();
-  return cpu_isa_unsupported(v.isa, host_cpu_features());
-}
 #define SKIP_UNLESS_RUNNABLE(v) \
   if (std::string why = variant_unsupported(v); !why.empty()) GTEST_SKIP() << variant_name(v) << ": " << why
 
@@ -302,11 +290,7 @@ TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernel, LinearCpu,
-                         ::testing::Values(Variant{CpuIsa::avx2, Fp4Acts::f32}, Variant{CpuIsa::avx512, Fp4Acts::f32},
-                                           Variant{CpuIsa::avx2, Fp4Acts::int8},
-                                           Variant{CpuIsa::avx512, Fp4Acts::int8},
-                                           Variant{CpuIsa::avx512, Fp4Acts::bf16x3}),
-                         [](const auto& info) { return variant_name(info.param); });
+                         NIBBLE_ALL_KERNEL_VARIANTS);
 
 TEST(LinearCpu, ZeroAndConstantBlocksStayExact) {
   // A block of zero activations has amax 0 (scale 0, no division by zero);

@@ -17,6 +17,7 @@
 #include "kernels/random_weights.h"
 #include "kernels/moe_routing.h"
 #include "rounding.h"
+#include "support/kernel_variant.h"
 #include "support/random_moe_layer.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -62,20 +63,8 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
   return y;
 }
 
-struct Variant {
-  CpuIsa isa;
-  Fp4Acts acts;
-};
-
-void PrintTo(const Variant& v, std::ostream* os) {
-  *os << cpu_isa_name(v.isa) << (v.acts == Fp4Acts::int8 ? "_int8" : v.acts == Fp4Acts::bf16x3 ? "_amx" : "");
-}
-
-// "" when this CPU runs the variant, else why not (the AMX one needs tiles).
-std::string variant_unsupported(const Variant& v) {
-  if (v.acts == Fp4Acts::bf16x3) return amx_unsupported_here();
-  return cpu_isa_unsupported(v.isa, host_cpu_features());
-}
+using Variant = test::KernelVariant;
+using test::variant_unsupported;
 
 class MoeCpu : public ::testing::TestWithParam<Variant> {
  protected:
@@ -149,16 +138,7 @@ TEST_P(MoeCpu, RejectsBadLayers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernel, MoeCpu,
-                         ::testing::Values(Variant{CpuIsa::avx2, Fp4Acts::f32}, Variant{CpuIsa::avx512, Fp4Acts::f32},
-                                           Variant{CpuIsa::avx2, Fp4Acts::int8},
-                                           Variant{CpuIsa::avx512, Fp4Acts::int8},
-                                           Variant{CpuIsa::avx512, Fp4Acts::bf16x3}),
-                         [](const auto& info) {
-                           return std::string(cpu_isa_name(info.param.isa)) +
-                                  (info.param.acts == Fp4Acts::int8     ? "_int8"
-                                   : info.param.acts == Fp4Acts::bf16x3 ? "_amx"
-                                                                        : "");
-                         });
+                         NIBBLE_ALL_KERNEL_VARIANTS);
 
 }  // namespace
 }  // namespace nibble
