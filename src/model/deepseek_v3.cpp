@@ -74,9 +74,8 @@ std::unique_ptr<ModelState> DeepseekV3Model::new_state() const {
 }
 
 DeepseekV3State& DeepseekV3Model::state_of(const ModelState& s, int64_t id) const {
-  auto* st = dynamic_cast<const DeepseekV3State*>(&s);
-  if (!st || st->owner_ != this) fail("sequence ", id, ": its state belongs to another model");
-  return const_cast<DeepseekV3State&>(*st);
+  if (DeepseekV3State* st = owned_state<DeepseekV3State>(s, this)) return *st;
+  fail("sequence ", id, ": its state belongs to another model");
 }
 
 std::unique_ptr<ModelState> DeepseekV3Model::fork(const ModelState& state) const {

@@ -52,7 +52,6 @@ class DeepseekV3State : public ModelState {
 
  private:
   friend class DeepseekV3Model;
-  const void* owner_ = nullptr;
   int64_t position_ = 0;
   std::vector<MlaCache> layers_;  // [n_layers]
 };
@@ -68,7 +67,6 @@ class DeepseekV3DraftState : public ModelState {
 
  private:
   friend class DeepseekV3Model;
-  const void* owner_ = nullptr;
   int64_t position_ = 0;
   MlaCache cache_;
 };

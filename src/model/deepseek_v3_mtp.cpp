@@ -36,9 +36,7 @@ std::unique_ptr<ModelState> DeepseekV3Model::new_draft_state() const {
 }
 
 DeepseekV3DraftState* DeepseekV3Model::draft_state_of(const ModelState& s) const {
-  auto* d = dynamic_cast<const DeepseekV3DraftState*>(&s);
-  if (!d || d->owner_ != this) return nullptr;
-  return const_cast<DeepseekV3DraftState*>(d);
+  return owned_state<DeepseekV3DraftState>(s, this);
 }
 
 void DeepseekV3Model::draft_step(std::span<const DraftStep> batch) const {

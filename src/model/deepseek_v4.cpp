@@ -59,9 +59,8 @@ std::unique_ptr<ModelState> DeepseekV4Model::new_state() const {
 }
 
 DeepseekV4State& DeepseekV4Model::state_of(const ModelState& s, int64_t id) const {
-  auto* st = dynamic_cast<const DeepseekV4State*>(&s);
-  if (!st || st->owner_ != this) fail("sequence ", id, ": its state belongs to another model");
-  return const_cast<DeepseekV4State&>(*st);
+  if (DeepseekV4State* st = owned_state<DeepseekV4State>(s, this)) return *st;
+  fail("sequence ", id, ": its state belongs to another model");
 }
 
 std::unique_ptr<ModelState> DeepseekV4Model::fork(const ModelState& state) const {

@@ -36,7 +36,6 @@ class DeepseekV4State : public ModelState {
 
  private:
   friend class DeepseekV4Model;
-  const void* owner_ = nullptr;            // the model that made it
   int64_t position_ = 0;
   int64_t floor_ = 0;                      // max over layers of attention_truncate_floor
   std::vector<int32_t> tokens_;            // every token fed: [position_] (for deep truncation)
@@ -54,7 +53,6 @@ class DeepseekV4DraftState : public ModelState {
 
  private:
   friend class DeepseekV4Model;
-  const void* owner_ = nullptr;
   int64_t position_ = 0;
   int64_t floor_ = 0;
   AttentionState layer_;

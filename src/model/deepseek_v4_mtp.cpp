@@ -29,9 +29,7 @@ std::unique_ptr<ModelState> DeepseekV4Model::new_draft_state() const {
 }
 
 DeepseekV4DraftState* DeepseekV4Model::draft_state_of(const ModelState& s) const {
-  auto* d = dynamic_cast<const DeepseekV4DraftState*>(&s);
-  if (!d || d->owner_ != this) return nullptr;
-  return const_cast<DeepseekV4DraftState*>(d);
+  return owned_state<DeepseekV4DraftState>(s, this);
 }
 
 void DeepseekV4Model::draft_step(std::span<const DraftStep> batch) const {

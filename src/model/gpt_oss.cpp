@@ -67,9 +67,8 @@ void GptOssModel::update_floor(GptOssState& st) const {
 }
 
 GptOssState& GptOssModel::state_of(const ModelState& s, int64_t id) const {
-  auto* st = dynamic_cast<const GptOssState*>(&s);
-  if (!st || st->owner_ != this) fail("sequence ", id, ": its state belongs to another model");
-  return const_cast<GptOssState&>(*st);
+  if (GptOssState* st = owned_state<GptOssState>(s, this)) return *st;
+  fail("sequence ", id, ": its state belongs to another model");
 }
 
 std::unique_ptr<ModelState> GptOssModel::fork(const ModelState& state) const {

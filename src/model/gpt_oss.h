@@ -49,7 +49,6 @@ class GptOssState : public ModelState {
 
  private:
   friend class GptOssModel;
-  const void* owner_ = nullptr;
   int64_t position_ = 0;
   int64_t floor_ = 0;            // max over layers of KvCache::truncate_floor
   std::vector<KvCache> layers_;  // [n_layers]

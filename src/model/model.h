@@ -59,7 +59,20 @@ class ModelState {
   virtual int64_t truncate_floor() const = 0;
   // Host memory the state holds (caches, kept rows, token history).
   virtual uint64_t memory_bytes() const = 0;
+  // The model that made it: a model refuses states it did not make.
+  const void* owner() const { return owner_; }
+
+ protected:
+  const void* owner_ = nullptr;  // set by the model's new_state / new_draft_state
 };
+
+// `s` as a state of type S made by `owner`, or null (another model's state,
+// or another kind of state of this one: the main one and the draft one).
+template <class S>
+S* owned_state(const ModelState& s, const void* owner) {
+  auto* st = dynamic_cast<const S*>(&s);
+  return st && st->owner() == owner ? const_cast<S*>(st) : nullptr;
+}
 
 // Which logits one sequence of a step wants.
 enum class LogitRows { none, last, all };
