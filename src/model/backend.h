@@ -80,13 +80,11 @@ class Backend {
   virtual void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) = 0;
   // The grouped output projection: o [T, H*d] -> y [T, G*o_lora].
   virtual void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) = 0;
-  // The indexer's projections of a step's tokens (its compressor rows, RoPE'd queries, head weights).
-  virtual void indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
-                               std::span<const int64_t> positions, IndexerProjections& out) = 0;
   // One sequence's attention: its window keys, compressor and indexer
   // updates and the attention core. q [count, H*d], kv [count, d] of its
   // tokens; comp_kv / comp_score [T, width] of the whole step (rows from
-  // seq.first); o [count, H*d]. Appends its kv to the ring.
+  // seq.first); idx: the indexer's projections of the whole step (CSA
+  // layers; rows from seq.first); o [count, H*d]. Appends its kv to the ring.
   virtual void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
                       const AttnSeq& seq, Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score,
                       const IndexerProjections* idx, Tensor o) = 0;

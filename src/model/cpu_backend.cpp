@@ -74,11 +74,6 @@ void CpuBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, 
   grouped_wo_a_cpu(wo_a, s, o.data, o.rows, y.data, pool_);
 }
 
-void CpuBackend::indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
-                                 std::span<const int64_t> positions, IndexerProjections& out) {
-  nibble::indexer_project(w, rope, x.data, qr.data, positions.data(), x.rows, out, pool_);
-}
-
 void CpuBackend::attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
                         const AttnSeq& seq, Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score,
                         const IndexerProjections* idx, Tensor o) {

@@ -41,8 +41,6 @@ class CpuBackend : public Backend {
   void hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) override;
   void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) override;
   void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) override;
-  void indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
-                       std::span<const int64_t> positions, IndexerProjections& out) override;
   void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
               Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score, const IndexerProjections* idx,
               Tensor o) override;

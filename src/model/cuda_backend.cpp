@@ -257,10 +257,6 @@ void CudaBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s,
   }
   release_to(m);
 }
-void CudaBackend::indexer_project(const IndexerWeights&, const RopeTable&, Tensor, Tensor, std::span<const int64_t>,
-                                  IndexerProjections&) {
-  not_yet("indexer_project");
-}
 void CudaBackend::attend(const AttentionWeights&, const AttentionShape&, const RopeTable&, const AttnSeq&, Tensor,
                          Tensor, Tensor, Tensor, const IndexerProjections*, Tensor) {
   not_yet("attend");

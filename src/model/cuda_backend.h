@@ -2,9 +2,10 @@
 // have GPU kernels run on one CUDA stream over device memory (a StepArena for
 // the step's Tensors, a WeightMirror for the small host-resident weights,
 // FP8 / BF16 matrices repacked for linear_mma on first use); the ops that
-// do not yet (linear on FP4 / INT4 weights, gpt-oss's MoE, indexer_project,
-// attend, and the gpt-oss and DeepSeek-V3 ops) throw "backend
-// cuda has no op X yet", so nothing silently falls back to the CPU. Not yet
+// do not yet (linear on FP4 / INT4 weights, gpt-oss's MoE, attend, and the
+// gpt-oss and DeepSeek-V3 ops) throw "backend cuda has no op X yet", so
+// nothing silently falls back to the CPU. The indexer's projections are
+// linears and a RoPE (deepseek_v4_attention.cpp), so they run here. Not yet
 // selectable with --device cuda: the forward still reads logits and the
 // draft layer's hidden rows from Tensors on the host, and keeps each
 // sequence's caches in host memory (docs/cuda.md, "The CUDA backend").
@@ -53,8 +54,6 @@ class CudaBackend : public Backend {
   void hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) override;
   void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) override;
   void grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, Tensor o, Tensor y) override;
-  void indexer_project(const IndexerWeights& w, const RopeTable& rope, Tensor x, Tensor qr,
-                       std::span<const int64_t> positions, IndexerProjections& out) override;
   void attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
               Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score, const IndexerProjections* idx,
               Tensor o) override;

@@ -156,10 +156,20 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
     be.linear(w.compressor->wkv, x, comp_kv);
     be.linear(w.compressor->wgate, x, comp_score);
   }
+  // The indexer's: its compressor's rows, its RoPE'd queries from the
+  // low-rank query, its per-head weights.
   IndexerProjections idx;
   if (w.indexer) {
     PhaseTimer _(be.profile(), Phase::indexer);
-    be.indexer_project(*w.indexer, compress_rope, x, qr, positions, idx);
+    const IndexerWeights& iw = *w.indexer;
+    Tensor ikv = be.alloc(T, iw.compressor.width()), iscore = be.alloc(T, iw.compressor.width());
+    Tensor iq = be.alloc(T, iw.heads * iw.dim), ihw = be.alloc(T, iw.heads);
+    be.linear(iw.compressor.wkv, x, ikv);
+    be.linear(iw.compressor.wgate, x, iscore);
+    be.linear(iw.wq_b, qr, iq);
+    be.linear(iw.weights_proj, x, ihw);
+    be.rope(compress_rope, iq, iw.heads, positions, false);
+    idx = IndexerProjections{ikv.data, iscore.data, iq.data, ihw.data};
   }
 
   // Per sequence: its window, compressed entries and attention core.

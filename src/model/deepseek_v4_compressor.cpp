@@ -67,13 +67,6 @@ uint64_t CompressorState::bytes() const {
   return sizeof(float) * (kv_rows.capacity() + score_rows.capacity() + entries.capacity());
 }
 
-void compressor_project(const CompressorWeights& w, const float* h, int64_t n, float* kv, float* score,
-                        ThreadPool* pool) {
-  if (n <= 0) return;
-  w.wkv.run(h, n, kv, pool);
-  w.wgate.run(h, n, score, pool);
-}
-
 void compressor_append(const CompressorWeights& w, const RopeTable& rope, double rms_eps, const float* kv,
                        const float* score, int64_t n, int64_t p0, int64_t rollback, CompressorState& st) {
   const int64_t m = w.ratio, width = w.width();

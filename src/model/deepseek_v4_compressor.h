@@ -54,12 +54,8 @@ struct CompressorState {
   uint64_t bytes() const;
 };
 
-// The compressor's projections of h [n, D]: kv, score [n, coff*c] (score
-// without ape). Run once over a step's tokens of every sequence.
-void compressor_project(const CompressorWeights& w, const float* h, int64_t n, float* kv, float* score,
-                        ThreadPool* pool);
-
-// Appends one sequence's rows kv, score [n, coff*c] (from compressor_project)
+// Appends one sequence's rows kv = wkv h, score = wgate h [n, coff*c] (score
+// without ape; the forward runs the two linears once over a step's tokens)
 // of tokens p0 .. p0+n-1 (p0 must equal st.position) and emits an entry for
 // every window that closes. rope: the "compress" table. `rollback`: how many
 // tokens back truncate() must still reach without refeeding.

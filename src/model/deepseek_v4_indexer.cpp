@@ -8,28 +8,15 @@
 
 namespace nibble {
 
-void indexer_project(const IndexerWeights& w, const RopeTable& rope, const float* x, const float* qr,
-                     const int64_t* positions, int64_t T, IndexerProjections& out, ThreadPool* pool) {
-  const int64_t H = w.heads, d = w.dim, width = w.compressor.width();
-  out.kv.resize(size_t(T * width));
-  out.score.resize(size_t(T * width));
-  out.q.resize(size_t(T * H * d));
-  out.hw.resize(size_t(T * H));
-  compressor_project(w.compressor, x, T, out.kv.data(), out.score.data(), pool);
-  w.wq_b.run(qr, T, out.q.data(), pool);
-  w.weights_proj.run(x, T, out.hw.data(), pool);
-  for (int64_t t = 0; t < T; ++t) rope.apply(out.q.data() + t * H * d, H, d, positions[t], /*inverse=*/false);
-}
-
 void indexer_select(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const IndexerProjections& proj,
                     int64_t first, int64_t n, int64_t p0, int64_t rollback, CompressorState& st,
                     IndexerSelection& out, ThreadPool* pool) {
   const int64_t H = w.heads, d = w.dim, m = w.compressor.ratio, width = w.compressor.width();
-  compressor_append(w.compressor, rope, rms_eps, proj.kv.data() + first * width, proj.score.data() + first * width, n,
+  compressor_append(w.compressor, rope, rms_eps, proj.kv + first * width, proj.score + first * width, n,
                     p0, rollback, st);
   const int64_t total = st.n_entries;
-  const float* q = proj.q.data() + first * H * d;
-  const float* hw = proj.hw.data() + first * H;
+  const float* q = proj.q + first * H * d;
+  const float* hw = proj.hw + first * H;
   const float softmax_scale = 1.0f / std::sqrt(float(d));
   const float weights_scale = 1.0f / std::sqrt(float(H));
 

@@ -10,7 +10,7 @@
 // (HF's topk over masked scores; equal scores keep the lower index).
 //
 // A forward step runs the projections once over every sequence's tokens
-// (indexer_project), then each sequence's compressor update and selection
+// (IndexerProjections), then each sequence's compressor update and selection
 // on its own state (indexer_select).
 #pragma once
 
@@ -37,16 +37,16 @@ struct IndexerSelection {
   std::vector<int32_t> count;
 };
 
-// The indexer's per-token projections of a step's T tokens (all sequences).
+// The indexer's per-token projections of a step's T tokens (all sequences),
+// in buffers of the step's backend: the forward computes them with backend
+// ops (deepseek_v4_attention.cpp: four linears and a RoPE), and each
+// sequence's indexer_select reads its rows.
 struct IndexerProjections {
-  std::vector<float> kv, score;    // [T, 2*dim] its compressor's rows
-  std::vector<float> q;            // [T, heads, dim] (RoPE applied)
-  std::vector<float> hw;           // [T, heads] weights_proj x
+  const float* kv = nullptr;       // [T, 2*dim] its compressor's rows (wkv x)
+  const float* score = nullptr;    // [T, 2*dim] (wgate x)
+  const float* q = nullptr;        // [T, heads, dim] wq_b qr, RoPE applied
+  const float* hw = nullptr;       // [T, heads] weights_proj x
 };
-
-// x [T, D], qr [T, q_lora_rank], positions [T] of the step's tokens.
-void indexer_project(const IndexerWeights& w, const RopeTable& rope, const float* x, const float* qr,
-                     const int64_t* positions, int64_t T, IndexerProjections& out, ThreadPool* pool);
 
 // One sequence's tokens: rows [first, first + n) of `proj`, at positions
 // p0 .. p0+n-1 of state `st`. Feeds its compressor and selects entries for
