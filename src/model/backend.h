@@ -7,14 +7,16 @@
 //
 // Rules that let a device backend capture a decode step as a graph: every
 // buffer of a step comes from alloc() (no allocation the backend does not
-// see), nothing in the op list reads a Tensor back to the host, and the only
-// host inputs of a step are the batch description (ids, positions, the
-// per-sequence slices), which a device backend uploads once per step.
-// Per-sequence caches (AttentionState) are host memory on the CPU backend;
-// a device backend will allocate its own (see docs/sequences.md).
+// see), nothing in the op list reads a Tensor on the host but to_host, and
+// the only host inputs of a step are the batch description (ids, positions,
+// the per-sequence slices), which a device backend uploads once per step,
+// and from_host's rows. Per-sequence caches come from the backend too
+// (new_attention_cache): host memory on the CPU backend, device memory on a
+// device backend (see docs/sequences.md).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "model/deepseek_v4_attention.h"
@@ -63,15 +65,24 @@ class Backend {
   // RoPE of each row's `heads` vectors of width x.cols / heads at positions[row].
   virtual void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
                     bool inverse) = 0;
-  // out[r] = x[rows[r]]. Also how the forward hands rows to and from a
-  // caller's buffer (SeqStep::hidden, DraftStep::hidden).
+  // out[r] = x[rows[r]].
   virtual void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) = 0;
+  // The step's only transfers to and from the caller's host memory: x
+  // [rows, cols] to `out` (logits, the hidden rows a caller asked for), and
+  // `in` into x (a draft layer's input rows). A device backend copies; the
+  // CPU backend's Tensors are host memory already.
+  virtual void to_host(Tensor x, float* out) = 0;
+  virtual void from_host(const float* in, Tensor x) = 0;
   // streams [T, k * x.cols] += x [T, x.cols] broadcast over the k copies.
   virtual void add_to_streams(Tensor x, Tensor streams) = 0;
   // The MoE sublayer: router, routed experts, shared expert; ids [T] for hash routing.
   virtual void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) = 0;
 
   // ---- DeepSeek-V4 ops (dsv4.md §2) ----
+  // A new, empty cache for one sequence's layer with these weights (a
+  // model's new_state asks for one per layer). Called from any thread, also
+  // while a step runs.
+  virtual std::unique_ptr<AttentionCache> new_attention_cache(const AttentionWeights& w, const AttentionShape& s) = 0;
   // streams [T, N*D] -> x [T, D], post [T, N], comb [T, N*N].
   virtual void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) = 0;
   // streams <- post * y + comb^T streams, in place.

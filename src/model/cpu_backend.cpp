@@ -44,6 +44,14 @@ void CpuBackend::gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out
   for (size_t r = 0; r < rows.size(); ++r) std::copy(x.row(rows[r]), x.row(rows[r]) + x.cols, out.row(int64_t(r)));
 }
 
+void CpuBackend::to_host(Tensor x, float* out) { std::copy(x.data, x.data + x.rows * x.cols, out); }
+
+void CpuBackend::from_host(const float* in, Tensor x) { std::copy(in, in + x.rows * x.cols, x.data); }
+
+std::unique_ptr<AttentionCache> CpuBackend::new_attention_cache(const AttentionWeights&, const AttentionShape&) {
+  return std::make_unique<HostAttentionCache>();
+}
+
 void CpuBackend::add_to_streams(Tensor x, Tensor streams) {
   if (x.rows != streams.rows || x.cols <= 0 || streams.cols % x.cols != 0)
     fail("add_to_streams: [", x.rows, ", ", x.cols, "] does not broadcast over [", streams.rows, ", ", streams.cols, "]");

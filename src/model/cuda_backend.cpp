@@ -257,6 +257,9 @@ void CudaBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s,
   }
   release_to(m);
 }
+std::unique_ptr<AttentionCache> CudaBackend::new_attention_cache(const AttentionWeights&, const AttentionShape&) {
+  not_yet("new_attention_cache (per-sequence caches in device memory)");
+}
 void CudaBackend::attend(const AttentionWeights&, const AttentionShape&, const RopeTable&, const AttnSeq&, Tensor,
                          Tensor, Tensor, Tensor, const IndexerProjections*, Tensor) {
   not_yet("attend");

@@ -47,9 +47,12 @@ class CudaBackend : public Backend {
   void rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,
             bool inverse) override;
   void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) override;
+  void to_host(Tensor x, float* out) override { download(x, out); }
+  void from_host(const float* in, Tensor x) override { upload(in, x); }
   void add_to_streams(Tensor x, Tensor streams) override;
   void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) override;
 
+  std::unique_ptr<AttentionCache> new_attention_cache(const AttentionWeights& w, const AttentionShape& s) override;
   void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) override;
   void hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) override;
   void hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) override;

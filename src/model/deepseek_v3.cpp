@@ -234,7 +234,7 @@ void DeepseekV3Model::head_rows(const std::vector<float>& norm, const BoundLinea
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(head, picked, logits);
   }
-  for (int64_t r = 0; r < n; ++r) std::copy(logits.row(r), logits.row(r) + V, out[size_t(r)]);
+  for (int64_t r = 0; r < n; ++r) be.to_host(logits.slice(r, 1), out[size_t(r)]);
 }
 
 void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
@@ -264,25 +264,17 @@ void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stat
   }
   {
     // The rows the MTP layer reads: the final norm's output (lm_head's
-    // input), normed in the backend's memory, then handed out with
-    // gather_rows like the logits.
+    // input), normed in the backend's memory, then handed out with to_host
+    // like the logits.
     int64_t first = 0;
-    std::vector<int64_t> rows, identity;
     for (const Part& p : parts) {
       const SeqStep& s = *p.seq;
       const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
       if (s.hidden && j0 < j1) {
-        rows.clear();
-        identity.clear();
-        for (int64_t j = j0; j < j1; ++j) {
-          rows.push_back(first + j - p.from);
-          identity.push_back(j - j0);
-        }
         const size_t mark = be.mark();
         Tensor normed = be.alloc(j1 - j0, D);
-        be.gather_rows(x, rows, normed);
-        be.rms_norm(normed, w_.norm.data(), cfg_.rms_eps, normed);
-        be.gather_rows(normed, identity, Tensor{s.hidden + (j0 - s.hidden_first) * D, j1 - j0, D});
+        be.rms_norm(x.slice(first + j0 - p.from, j1 - j0), w_.norm.data(), cfg_.rms_eps, normed);
+        be.to_host(normed, s.hidden + (j0 - s.hidden_first) * D);
         be.release_to(mark);
       }
       first += p.count;

@@ -60,12 +60,8 @@ void DeepseekV3Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   Tensor e = be.alloc(n, D), h = be.alloc(n, D), cat = be.alloc(n, 2 * D), x = be.alloc(n, D);
   {
     int64_t first = 0;
-    std::vector<int64_t> rows;
     for (const DraftPart& p : parts) {
-      rows.resize(size_t(p.count));
-      for (int64_t t = 0; t < p.count; ++t) rows[size_t(t)] = t;
-      const Tensor in{const_cast<float*>(p.seq->hidden) + p.from * D, p.count, D};
-      be.gather_rows(in, rows, h.slice(first, p.count));
+      be.from_host(p.seq->hidden + p.from * D, h.slice(first, p.count));
       first += p.count;
     }
   }
@@ -91,15 +87,12 @@ void DeepseekV3Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   layer_forward(m.layer, scratch, positions, seqs, x, nullptr);
   for (const DraftPart& p : parts) p.st->position_ += p.count;
 
-  // hidden_out: the head's input shared_head.norm(x), handed out with gather_rows.
+  // hidden_out: the head's input shared_head.norm(x), handed out with to_host.
   if (!hidden_rows.empty()) {
     Tensor normed = be.alloc(int64_t(hidden_rows.size()), D);
     be.gather_rows(x, hidden_rows, normed);
     be.rms_norm(normed, m.head_norm.data(), cfg_.rms_eps, normed);
-    for (size_t r = 0; r < hidden_rows.size(); ++r) {
-      const int64_t row[1] = {int64_t(r)};
-      be.gather_rows(normed, row, Tensor{hidden_out[r], 1, D});
-    }
+    for (size_t r = 0; r < hidden_rows.size(); ++r) be.to_host(normed.slice(int64_t(r), 1), hidden_out[r]);
   }
   head_rows(m.head_norm, m.head, x, logit_rows, logit_out);
 }

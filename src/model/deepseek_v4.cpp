@@ -47,14 +47,15 @@ DeepseekV4Model::~DeepseekV4Model() {
 
 uint64_t DeepseekV4State::memory_bytes() const {
   uint64_t b = sizeof(*this) + sizeof(int32_t) * tokens_.capacity();
-  for (const AttentionState& l : layers_) b += l.bytes();
+  for (const AttentionCachePtr& l : layers_) b += l->bytes();
   return b;
 }
 
 std::unique_ptr<ModelState> DeepseekV4Model::new_state() const {
   auto st = std::make_unique<DeepseekV4State>();
   st->owner_ = this;
-  st->layers_.resize(size_t(cfg_.n_layers));
+  for (const BlockWeights& b : w_.layers)
+    st->layers_.emplace_back(backend_->new_attention_cache(b.attn, attn_));
   return st;
 }
 
@@ -71,7 +72,7 @@ std::unique_ptr<ModelState> DeepseekV4Model::fork(const ModelState& state) const
 void DeepseekV4Model::update_floor(DeepseekV4State& st) const {
   int64_t floor = 0;
   for (int64_t l = 0; l < cfg_.n_layers; ++l)
-    floor = std::max(floor, attention_truncate_floor(w_.layers[size_t(l)].attn, attn_, st.layers_[size_t(l)]));
+    floor = std::max(floor, st.layers_[size_t(l)]->truncate_floor(w_.layers[size_t(l)].attn, attn_));
   st.floor_ = std::min(floor, st.position_);
 }
 
@@ -83,9 +84,9 @@ void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
       fail("truncate the MTP draft state to position ", position, ": it holds ", d->position_,
            " rows and reaches back to ", d->floor_, " without its inputs (valid: ", d->floor_, " .. ", d->position_,
            ")");
-    attention_truncate(w_.mtp[0].block.attn, d->layer_, position);
+    d->layer_->truncate(w_.mtp[0].block.attn, position);
     d->position_ = position;
-    d->floor_ = std::min(d->position_, attention_truncate_floor(w_.mtp[0].block.attn, attn_, d->layer_));
+    d->floor_ = std::min(d->position_, d->layer_->truncate_floor(w_.mtp[0].block.attn, attn_));
     return;
   }
   DeepseekV4State& st = state_of(state, -1);
@@ -95,7 +96,7 @@ void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
   if (position == st.position_) return;
   if (position >= st.floor_) {
     for (int64_t l = 0; l < cfg_.n_layers; ++l)
-      attention_truncate(w_.layers[size_t(l)].attn, st.layers_[size_t(l)], position);
+      st.layers_[size_t(l)]->truncate(w_.layers[size_t(l)].attn, position);
     st.position_ = position;
     st.tokens_.resize(size_t(position));
     update_floor(st);
@@ -141,7 +142,7 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     int64_t first = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
-      seqs[i] = AttnSeq{&parts[i].st->layers_[size_t(l)], first, parts[i].count, parts[i].st->position_};
+      seqs[i] = AttnSeq{parts[i].st->layers_[size_t(l)].get(), first, parts[i].count, parts[i].st->position_};
       first += parts[i].count;
     }
     const bool compressed = cfg_.layer_types[size_t(l)] != AttnKind::sliding;
@@ -192,7 +193,7 @@ void DeepseekV4Model::head_rows(Backend& be, const HcHeadWeights& hc_head, const
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, y, logits);
   }
-  for (int64_t r = 0; r < n; ++r) std::copy(logits.row(r), logits.row(r) + V, out[size_t(r)]);
+  for (int64_t r = 0; r < n; ++r) be.to_host(logits.slice(r, 1), out[size_t(r)]);
 }
 
 std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

@@ -37,9 +37,9 @@ class DeepseekV4State : public ModelState {
  private:
   friend class DeepseekV4Model;
   int64_t position_ = 0;
-  int64_t floor_ = 0;                      // max over layers of attention_truncate_floor
+  int64_t floor_ = 0;                      // max over layers of AttentionCache::truncate_floor
   std::vector<int32_t> tokens_;            // every token fed: [position_] (for deep truncation)
-  std::vector<AttentionState> layers_;
+  std::vector<AttentionCachePtr> layers_;  // [n_layers], from the model's backend
 };
 
 // The MTP layer's own state (deepseek_v4_mtp.cpp): one sliding-window
@@ -49,13 +49,13 @@ class DeepseekV4DraftState : public ModelState {
  public:
   int64_t position() const override { return position_; }
   int64_t truncate_floor() const override { return floor_; }
-  uint64_t memory_bytes() const override { return sizeof(*this) + layer_.bytes(); }
+  uint64_t memory_bytes() const override { return sizeof(*this) + layer_->bytes(); }
 
  private:
   friend class DeepseekV4Model;
   int64_t position_ = 0;
   int64_t floor_ = 0;
-  AttentionState layer_;
+  AttentionCachePtr layer_;
 };
 
 class DeepseekV4Model : public Model {

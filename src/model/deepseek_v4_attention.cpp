@@ -43,7 +43,7 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
                 const IndexerProjections* idx, float* o, ThreadPool* pool, ForwardProfile* prof) {
   const int64_t H = s.heads, d = s.head_dim, W = s.window, n = seq.count, p0 = seq.p0;
-  AttentionState& st = *seq.st;
+  AttentionState& st = host_attention_state(seq);
   const int64_t ring_rows = W + s.rollback;
 
   // Window keys in position order: the ring's last W-1 tokens before p0, then the new ones.
@@ -190,18 +190,24 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
   be.release_to(mark);
 }
 
-int64_t attention_truncate_floor(const AttentionWeights& w, const AttentionShape& s, const AttentionState& st) {
+AttentionState& host_attention_state(const AttnSeq& seq) {
+  auto* c = dynamic_cast<HostAttentionCache*>(seq.cache);
+  if (!c) fail("attention: the sequence's cache belongs to another backend than the CPU's");
+  return c->state;
+}
+
+int64_t HostAttentionCache::truncate_floor(const AttentionWeights& w, const AttentionShape& s) const {
   // The window before position p must not have been overwritten in the ring:
   // row p' % rows was last written by a position < ring_high.
-  int64_t floor = std::max<int64_t>(0, st.ring_high - s.rollback);
-  if (w.compressor) floor = std::max(floor, st.compressor.truncate_floor(*w.compressor));
-  if (w.indexer) floor = std::max(floor, st.indexer.truncate_floor(w.indexer->compressor));
+  int64_t floor = std::max<int64_t>(0, state.ring_high - s.rollback);
+  if (w.compressor) floor = std::max(floor, state.compressor.truncate_floor(*w.compressor));
+  if (w.indexer) floor = std::max(floor, state.indexer.truncate_floor(w.indexer->compressor));
   return floor;
 }
 
-void attention_truncate(const AttentionWeights& w, AttentionState& st, int64_t p) {
-  if (w.compressor) st.compressor.truncate(*w.compressor, p);
-  if (w.indexer) st.indexer.truncate(w.indexer->compressor, p);
+void HostAttentionCache::truncate(const AttentionWeights& w, int64_t p) {
+  if (w.compressor) state.compressor.truncate(*w.compressor, p);
+  if (w.indexer) state.indexer.truncate(w.indexer->compressor, p);
 }
 
 }  // namespace nibble

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -41,7 +42,8 @@ struct AttentionWeights {
   std::optional<IndexerWeights> indexer;        // CSA
 };
 
-// Per-layer decode state of one sequence (dsv4.md "Incremental decode state").
+// Per-layer decode state of one sequence (dsv4.md "Incremental decode state"),
+// as the CPU backend keeps it in host memory (HostAttentionCache below).
 // The ring holds `rollback` rows more than the window, so that truncating by
 // up to that many tokens finds the window before the new end intact.
 struct AttentionState {
@@ -52,19 +54,54 @@ struct AttentionState {
   uint64_t bytes() const { return sizeof(float) * ring.capacity() + compressor.bytes() + indexer.bytes(); }
 };
 
-// One sequence's share of a step: rows [first, first + count) of the step's
-// activations, at positions p0 .. p0+count-1 of `st`.
-struct AttnSeq {
-  AttentionState* st = nullptr;
-  int64_t first = 0, count = 0, p0 = 0;
-};
-
 // Shapes and constants one attention call needs.
 struct AttentionShape {
   int64_t hidden = 0, heads = 0, head_dim = 0, rope_dim = 0;
   int64_t q_lora = 0, o_groups = 0, o_lora = 0, window = 0;
   double rms_eps = 1e-6;
   int64_t rollback = 0;          // tokens truncate() must reach back without refeeding
+};
+
+// One sequence's cache for one layer, in the memory of the backend that made
+// it (Backend::new_attention_cache); only that backend's attend reads it.
+// A model's state holds one per layer: fork clones them, truncate moves them
+// back.
+class AttentionCache {
+ public:
+  virtual ~AttentionCache() = default;
+  virtual std::unique_ptr<AttentionCache> clone() const = 0;
+  // The earliest position truncate() reaches without refeeding, and the
+  // truncation itself (floor <= p <= the current position).
+  virtual int64_t truncate_floor(const AttentionWeights& w, const AttentionShape& s) const = 0;
+  virtual void truncate(const AttentionWeights& w, int64_t p) = 0;
+  virtual uint64_t bytes() const = 0;  // memory held, host or device
+};
+
+// An owned AttentionCache that copies by clone(), so that copying a state
+// forks its caches.
+class AttentionCachePtr {
+ public:
+  AttentionCachePtr() = default;
+  explicit AttentionCachePtr(std::unique_ptr<AttentionCache> c) : c_(std::move(c)) {}
+  AttentionCachePtr(const AttentionCachePtr& o) : c_(o.c_ ? o.c_->clone() : nullptr) {}
+  AttentionCachePtr& operator=(const AttentionCachePtr& o) {
+    if (this != &o) c_ = o.c_ ? o.c_->clone() : nullptr;
+    return *this;
+  }
+  AttentionCachePtr(AttentionCachePtr&&) = default;
+  AttentionCachePtr& operator=(AttentionCachePtr&&) = default;
+  AttentionCache* get() const { return c_.get(); }
+  AttentionCache* operator->() const { return c_.get(); }
+
+ private:
+  std::unique_ptr<AttentionCache> c_;
+};
+
+// One sequence's share of a step: rows [first, first + count) of the step's
+// activations, at positions p0 .. p0+count-1 of its layer cache.
+struct AttnSeq {
+  AttentionCache* cache = nullptr;
+  int64_t first = 0, count = 0, p0 = 0;
 };
 
 class Backend;
@@ -88,9 +125,18 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
                 const IndexerProjections* idx, float* o, ThreadPool* pool, class ForwardProfile* prof);
 
-// The earliest position this layer's state can be truncated to without
-// refeeding, and the truncation itself (floor <= p <= current position).
-int64_t attention_truncate_floor(const AttentionWeights& w, const AttentionShape& s, const AttentionState& st);
-void attention_truncate(const AttentionWeights& w, AttentionState& st, int64_t p);
+// The CPU backend's cache: an AttentionState in host memory.
+class HostAttentionCache final : public AttentionCache {
+ public:
+  std::unique_ptr<AttentionCache> clone() const override { return std::make_unique<HostAttentionCache>(*this); }
+  int64_t truncate_floor(const AttentionWeights& w, const AttentionShape& s) const override;
+  void truncate(const AttentionWeights& w, int64_t p) override;
+  uint64_t bytes() const override { return state.bytes(); }
+
+  AttentionState state;
+};
+
+// seq's cache as the CPU backend's (fails on another backend's cache).
+AttentionState& host_attention_state(const AttnSeq& seq);
 
 }  // namespace nibble

@@ -12,7 +12,8 @@
 // its own window of past rows (DeepseekV4DraftState), so the layer sees the
 // rows before, as in training where it runs over the whole sequence shifted
 // by one. Everything is written against the backend's ops, like the main
-// forward: the residual rows come in and go out through gather_rows.
+// forward: the residual rows come in through from_host and go out through
+// to_host.
 #include <algorithm>
 
 #include "model/deepseek_v4.h"
@@ -25,6 +26,7 @@ std::unique_ptr<ModelState> DeepseekV4Model::new_draft_state() const {
   if (w_.mtp.empty()) fail("no MTP draft layer: ", w_.mtp_missing);
   auto st = std::make_unique<DeepseekV4DraftState>();
   st->owner_ = this;
+  st->layer_ = AttentionCachePtr(backend_->new_attention_cache(w_.mtp[0].block.attn, attn_));
   return st;
 }
 
@@ -54,12 +56,8 @@ void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   Tensor streams = be.alloc(n, N * D), normed = be.alloc(n, N * D);
   {
     int64_t first = 0;
-    std::vector<int64_t> rows;
     for (const DraftPart& p : parts) {
-      rows.resize(size_t(p.count));
-      for (int64_t t = 0; t < p.count; ++t) rows[size_t(t)] = t;
-      const Tensor in{const_cast<float*>(p.seq->hidden) + p.from * N * D, p.count, N * D};
-      be.gather_rows(in, rows, streams.slice(first, p.count));
+      be.from_host(p.seq->hidden + p.from * N * D, streams.slice(first, p.count));
       first += p.count;
     }
   }
@@ -87,20 +85,17 @@ void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   {
     int64_t first = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
-      seqs[i] = AttnSeq{&parts[i].st->layer_, first, parts[i].count, parts[i].st->position_};
+      seqs[i] = AttnSeq{parts[i].st->layer_.get(), first, parts[i].count, parts[i].st->position_};
       first += parts[i].count;
     }
   }
   block_forward(be, m.block, hc_, attn_, rope_main_, rope_compress_, ids, positions, seqs, streams);
   for (const DraftPart& p : parts) {
     p.st->position_ += p.count;
-    p.st->floor_ = std::min(p.st->position_, attention_truncate_floor(m.block.attn, attn_, p.st->layer_));
+    p.st->floor_ = std::min(p.st->position_, p.st->layer_->truncate_floor(m.block.attn, attn_));
   }
 
-  for (size_t r = 0; r < hidden_rows.size(); ++r) {
-    const int64_t row[1] = {hidden_rows[r]};
-    be.gather_rows(streams, row, Tensor{hidden_out[r], 1, N * D});
-  }
+  for (size_t r = 0; r < hidden_rows.size(); ++r) be.to_host(streams.slice(hidden_rows[r], 1), hidden_out[r]);
   head_rows(be, m.hc_head, m.norm, streams, logit_rows, logit_out);
 }
 

@@ -222,7 +222,7 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, picked, logits);
   }
-  for (int64_t r = 0; r < rows; ++r) std::copy(logits.row(r), logits.row(r) + V, logit_out[size_t(r)]);
+  for (int64_t r = 0; r < rows; ++r) be.to_host(logits.slice(r, 1), logit_out[size_t(r)]);
 }
 
 std::unique_ptr<Model> load_gpt_oss(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

@@ -57,7 +57,7 @@ class ModelState {
   virtual int64_t position() const = 0;
   // The earliest position Model::truncate reaches without refeeding tokens.
   virtual int64_t truncate_floor() const = 0;
-  // Host memory the state holds (caches, kept rows, token history).
+  // Memory the state holds (caches, host or device; kept rows; token history).
   virtual uint64_t memory_bytes() const = 0;
   // The model that made it: a model refuses states it did not make.
   const void* owner() const { return owner_; }

@@ -62,15 +62,10 @@ StepTokens lay_out_step(std::span<const StepPart<State>> parts, int64_t vocab_si
 template <class State>
 void copy_hidden_rows(Backend& be, std::span<const StepPart<State>> parts, Tensor x, int64_t width) {
   int64_t first = 0;
-  std::vector<int64_t> rows;
   for (const StepPart<State>& p : parts) {
     const SeqStep& s = *p.seq;
     const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
-    if (s.hidden && j0 < j1) {
-      rows.clear();
-      for (int64_t j = j0; j < j1; ++j) rows.push_back(first + j - p.from);
-      be.gather_rows(x, rows, Tensor{s.hidden + (j0 - s.hidden_first) * width, j1 - j0, width});
-    }
+    if (s.hidden && j0 < j1) be.to_host(x.slice(first + j0 - p.from, j1 - j0), s.hidden + (j0 - s.hidden_first) * width);
     first += p.count;
   }
 }
