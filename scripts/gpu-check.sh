@@ -2,8 +2,9 @@
 # One command for a machine with an NVIDIA GPU: runs every CUDA test, the
 # CUDA device discovery and planning through `nibble explain --device cuda`,
 # and the GPU benchmarks (`nibble bench moe|linear --device cuda`: the W4A16
-# MoE and the FP8 / BF16 tensor-core linears at 1..64 tokens against the
-# read bandwidth measured in the same run), and prints one summary table.
+# MoE on MXFP4, NVFP4 and INT4 experts and the FP8 / BF16 tensor-core
+# linears at 1..64 tokens against the read bandwidth measured in the same
+# run), and prints one summary table.
 # Needs only the bundle that scripts/gpu-bundle.sh builds on a development
 # machine (none of the project's Debian packages, no network, no compiler)
 # and the GPU driver. Expected about 3 minutes on one H200 (never run yet);
@@ -84,16 +85,17 @@ bench() {
   grep '^{' "$RESULTS/$name.log" >"$RESULTS/$name.jsonl" || true
 }
 # moe: w1, fused gate/up, w2 and the whole layer (3.4 GB of experts to upload).
-bench moe_mxfp4 60 moe --format mxfp4
-bench moe_nvfp4 60 moe --format nvfp4
-bench fp8_4096x4096 40 linear --format fp8_block128 --rows 4096 --cols 4096
-bench fp8_16384x4096 40 linear --format fp8_block128 --rows 16384 --cols 4096
-bench fp8_32768x1024 40 linear --format fp8_block128 --rows 32768 --cols 1024
-bench bf16_16384x4096 40 linear --format bf16 --rows 16384 --cols 4096
+bench moe_mxfp4 50 moe --format mxfp4
+bench moe_nvfp4 50 moe --format nvfp4
+bench moe_int4 50 moe --format int4
+bench fp8_4096x4096 35 linear --format fp8_block128 --rows 4096 --cols 4096
+bench fp8_16384x4096 35 linear --format fp8_block128 --rows 16384 --cols 4096
+bench fp8_32768x1024 35 linear --format fp8_block128 --rows 32768 --cols 1024
+bench bf16_16384x4096 35 linear --format bf16 --rows 16384 --cols 4096
 # Out-of-bounds accesses on the awkward shapes (compute-sanitizer may refuse
 # the device in some sandboxes: reported, not counted).
 if command -v compute-sanitizer >/dev/null && [ "$gpus" -gt 0 ]; then
-  step -optional memcheck 80 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUNDLE/bin/test_cuda" \
+  step -optional memcheck 70 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUNDLE/bin/test_cuda" \
     --gtest_color=no \
     --gtest_filter='MoeW4A16Gpu.FixedAwkwardShapes:MoeW4A16Gpu.FusedGateUpSwiglu:LinearMmaGpu.FixedAwkwardShapes:MoeRouterGpu.*:SwigluGpu.*:WeightStoreGpu.*'
 fi
