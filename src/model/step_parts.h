@@ -65,7 +65,8 @@ void copy_hidden_rows(Backend& be, std::span<const StepPart<State>> parts, Tenso
   for (const StepPart<State>& p : parts) {
     const SeqStep& s = *p.seq;
     const int64_t j0 = std::max(p.from, s.hidden_first), j1 = p.from + p.count;
-    if (s.hidden && j0 < j1) be.to_host(x.slice(first + j0 - p.from, j1 - j0), s.hidden + (j0 - s.hidden_first) * width);
+    if (s.hidden && j0 < j1)
+      be.to_host(x.slice(first + j0 - p.from, j1 - j0), s.hidden + (j0 - s.hidden_first) * width);
     first += p.count;
   }
 }
