@@ -79,9 +79,10 @@ class Backend {
   virtual void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) = 0;
 
   // ---- DeepSeek-V4 ops (dsv4.md §2) ----
-  // A new, empty cache for one sequence's layer with these weights (a
-  // model's new_state asks for one per layer). Called from any thread, also
-  // while a step runs.
+  // A new, empty cache for one sequence's layer with these weights and
+  // shape, which it keeps for truncate (a model's new_state asks for one
+  // per layer; w outlives it). Called from any thread, also while a step
+  // runs.
   virtual std::unique_ptr<AttentionCache> new_attention_cache(const AttentionWeights& w, const AttentionShape& s) = 0;
   // streams [T, N*D] -> x [T, D], post [T, N], comb [T, N*N].
   virtual void hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Tensor x, Tensor post, Tensor comb) = 0;

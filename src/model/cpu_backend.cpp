@@ -48,8 +48,8 @@ void CpuBackend::to_host(Tensor x, float* out) { std::copy(x.data, x.data + x.ro
 
 void CpuBackend::from_host(const float* in, Tensor x) { std::copy(in, in + x.rows * x.cols, x.data); }
 
-std::unique_ptr<AttentionCache> CpuBackend::new_attention_cache(const AttentionWeights&, const AttentionShape&) {
-  return std::make_unique<HostAttentionCache>();
+std::unique_ptr<AttentionCache> CpuBackend::new_attention_cache(const AttentionWeights& w, const AttentionShape& s) {
+  return std::make_unique<HostAttentionCache>(&w, s);
 }
 
 void CpuBackend::add_to_streams(Tensor x, Tensor streams) {

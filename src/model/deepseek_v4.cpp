@@ -71,8 +71,7 @@ std::unique_ptr<ModelState> DeepseekV4Model::fork(const ModelState& state) const
 
 void DeepseekV4Model::update_floor(DeepseekV4State& st) const {
   int64_t floor = 0;
-  for (int64_t l = 0; l < cfg_.n_layers; ++l)
-    floor = std::max(floor, st.layers_[size_t(l)]->truncate_floor(w_.layers[size_t(l)].attn, attn_));
+  for (const AttentionCachePtr& l : st.layers_) floor = std::max(floor, l->truncate_floor());
   st.floor_ = std::min(floor, st.position_);
 }
 
@@ -84,9 +83,9 @@ void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
       fail("truncate the MTP draft state to position ", position, ": it holds ", d->position_,
            " rows and reaches back to ", d->floor_, " without its inputs (valid: ", d->floor_, " .. ", d->position_,
            ")");
-    d->layer_->truncate(w_.mtp[0].block.attn, position);
+    d->layer_->truncate(position);
     d->position_ = position;
-    d->floor_ = std::min(d->position_, d->layer_->truncate_floor(w_.mtp[0].block.attn, attn_));
+    d->floor_ = std::min(d->position_, d->layer_->truncate_floor());
     return;
   }
   DeepseekV4State& st = state_of(state, -1);
@@ -95,8 +94,7 @@ void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
          st.position_, ")");
   if (position == st.position_) return;
   if (position >= st.floor_) {
-    for (int64_t l = 0; l < cfg_.n_layers; ++l)
-      st.layers_[size_t(l)]->truncate(w_.layers[size_t(l)].attn, position);
+    for (AttentionCachePtr& l : st.layers_) l->truncate(position);
     st.position_ = position;
     st.tokens_.resize(size_t(position));
     update_floor(st);

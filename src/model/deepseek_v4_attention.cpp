@@ -196,18 +196,18 @@ AttentionState& host_attention_state(const AttnSeq& seq) {
   return c->state;
 }
 
-int64_t HostAttentionCache::truncate_floor(const AttentionWeights& w, const AttentionShape& s) const {
+int64_t HostAttentionCache::truncate_floor() const {
   // The window before position p must not have been overwritten in the ring:
   // row p' % rows was last written by a position < ring_high.
-  int64_t floor = std::max<int64_t>(0, state.ring_high - s.rollback);
-  if (w.compressor) floor = std::max(floor, state.compressor.truncate_floor(*w.compressor));
-  if (w.indexer) floor = std::max(floor, state.indexer.truncate_floor(w.indexer->compressor));
+  int64_t floor = std::max<int64_t>(0, state.ring_high - s_.rollback);
+  if (w_->compressor) floor = std::max(floor, state.compressor.truncate_floor(*w_->compressor));
+  if (w_->indexer) floor = std::max(floor, state.indexer.truncate_floor(w_->indexer->compressor));
   return floor;
 }
 
-void HostAttentionCache::truncate(const AttentionWeights& w, int64_t p) {
-  if (w.compressor) state.compressor.truncate(*w.compressor, p);
-  if (w.indexer) state.indexer.truncate(w.indexer->compressor, p);
+void HostAttentionCache::truncate(int64_t p) {
+  if (w_->compressor) state.compressor.truncate(*w_->compressor, p);
+  if (w_->indexer) state.indexer.truncate(w_->indexer->compressor, p);
 }
 
 }  // namespace nibble

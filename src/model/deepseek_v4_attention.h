@@ -63,17 +63,17 @@ struct AttentionShape {
 };
 
 // One sequence's cache for one layer, in the memory of the backend that made
-// it (Backend::new_attention_cache); only that backend's attend reads it.
-// A model's state holds one per layer: fork clones them, truncate moves them
-// back.
+// it (Backend::new_attention_cache, for that layer's weights and shape, which
+// it keeps); only that backend's attend reads it. A model's state holds one
+// per layer: fork clones them, truncate moves them back.
 class AttentionCache {
  public:
   virtual ~AttentionCache() = default;
   virtual std::unique_ptr<AttentionCache> clone() const = 0;
   // The earliest position truncate() reaches without refeeding, and the
   // truncation itself (floor <= p <= the current position).
-  virtual int64_t truncate_floor(const AttentionWeights& w, const AttentionShape& s) const = 0;
-  virtual void truncate(const AttentionWeights& w, int64_t p) = 0;
+  virtual int64_t truncate_floor() const = 0;
+  virtual void truncate(int64_t p) = 0;
   virtual uint64_t bytes() const = 0;  // memory held, host or device
 };
 
@@ -125,15 +125,21 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
                 const IndexerProjections* idx, float* o, ThreadPool* pool, class ForwardProfile* prof);
 
-// The CPU backend's cache: an AttentionState in host memory.
+// The CPU backend's cache: an AttentionState in host memory, for the layer
+// with weights *w (which outlive it: the model's) and shape s.
 class HostAttentionCache final : public AttentionCache {
  public:
+  HostAttentionCache(const AttentionWeights* w, const AttentionShape& s) : w_(w), s_(s) {}
   std::unique_ptr<AttentionCache> clone() const override { return std::make_unique<HostAttentionCache>(*this); }
-  int64_t truncate_floor(const AttentionWeights& w, const AttentionShape& s) const override;
-  void truncate(const AttentionWeights& w, int64_t p) override;
+  int64_t truncate_floor() const override;
+  void truncate(int64_t p) override;
   uint64_t bytes() const override { return state.bytes(); }
 
   AttentionState state;
+
+ private:
+  const AttentionWeights* w_;
+  AttentionShape s_;
 };
 
 // seq's cache as the CPU backend's (fails on another backend's cache).

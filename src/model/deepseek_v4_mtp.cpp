@@ -92,7 +92,7 @@ void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   block_forward(be, m.block, hc_, attn_, rope_main_, rope_compress_, ids, positions, seqs, streams);
   for (const DraftPart& p : parts) {
     p.st->position_ += p.count;
-    p.st->floor_ = std::min(p.st->position_, p.st->layer_->truncate_floor(m.block.attn, attn_));
+    p.st->floor_ = std::min(p.st->position_, p.st->layer_->truncate_floor());
   }
 
   for (size_t r = 0; r < hidden_rows.size(); ++r) be.to_host(streams.slice(hidden_rows[r], 1), hidden_out[r]);

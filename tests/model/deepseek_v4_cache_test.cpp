@@ -19,13 +19,16 @@ namespace {
 class ForeignCache final : public AttentionCache {
  public:
   std::unique_ptr<AttentionCache> clone() const override { return std::make_unique<ForeignCache>(*this); }
-  int64_t truncate_floor(const AttentionWeights&, const AttentionShape&) const override { return 0; }
-  void truncate(const AttentionWeights&, int64_t) override {}
+  int64_t truncate_floor() const override { return 0; }
+  void truncate(int64_t) override {}
   uint64_t bytes() const override { return 0; }
 };
 
 TEST(AttentionCache, CopyingTheOwnerClonesTheCache) {
-  AttentionCachePtr a(std::make_unique<HostAttentionCache>());
+  const AttentionWeights w;  // a sliding layer: no compressor, no indexer
+  AttentionShape s;
+  s.rollback = 1;
+  AttentionCachePtr a(std::make_unique<HostAttentionCache>(&w, s));
   auto& host_a = static_cast<HostAttentionCache&>(*a.get());
   host_a.state.ring.assign(8, 1.0f);
   host_a.state.ring_high = 2;
@@ -36,6 +39,7 @@ TEST(AttentionCache, CopyingTheOwnerClonesTheCache) {
   EXPECT_EQ(host_b.state.ring, host_a.state.ring);
   EXPECT_EQ(host_b.state.ring_high, 2);
   EXPECT_EQ(b->bytes(), a->bytes());
+  EXPECT_EQ(b->truncate_floor(), 1);  // ring_high - rollback: the clone keeps its layer's shape
 
   // The copies evolve apart.
   host_b.state.ring[0] = 5.0f;
@@ -51,7 +55,8 @@ TEST(AttentionCache, CopyingTheOwnerClonesTheCache) {
 
 TEST(AttentionCache, CpuAttendRefusesAnotherBackendsCache) {
   ForeignCache foreign;
-  HostAttentionCache host;
+  const AttentionWeights w;
+  HostAttentionCache host(&w, AttentionShape{});
   EXPECT_EQ(&host_attention_state(AttnSeq{&host, 0, 1, 0}), &host.state);
   try {
     host_attention_state(AttnSeq{&foreign, 0, 1, 0});
