@@ -42,7 +42,6 @@ struct Case {
 
 using Variant = test::KernelVariant;
 using test::variant_name;
-using test::variant_unsupported;
 
 std::string describe(const Case& c, int64_t n, const Variant& v) {
   return std::string(format_name(c.format)) + (c.format == Format::fp8_block128 && c.fp8 == Fp8ScaleType::f32 ? "(f32 scales)" : "") +
@@ -51,9 +50,6 @@ std::string describe(const Case& c, int64_t n, const Variant& v) {
 }
 
 bool isa_available(CpuIsa isa) { return cpu_isa_unsupported(isa, host_cpu_features()).empty(); }
-
-#define SKIP_UNLESS_RUNNABLE(v) \
-  if (std::string why = variant_unsupported(v); !why.empty()) GTEST_SKIP() << variant_name(v) << ": " << why
 
 using test::rel_l2;  // rounding.h
 

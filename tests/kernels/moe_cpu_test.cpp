@@ -64,7 +64,6 @@ std::vector<float> reference(const MoeWeights& w, const std::vector<float>& x, i
 }
 
 using Variant = test::KernelVariant;
-using test::variant_unsupported;
 
 class MoeCpu : public ::testing::TestWithParam<Variant> {
  protected:
@@ -74,7 +73,7 @@ class MoeCpu : public ::testing::TestWithParam<Variant> {
 TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
   const CpuIsa isa = GetParam().isa;
   const Fp4Acts acts = GetParam().acts;
-  if (std::string why = variant_unsupported(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  SKIP_UNLESS_RUNNABLE(GetParam());
   struct Config {
     Format expert, shared;
     int64_t D, I;
@@ -113,7 +112,7 @@ TEST_P(MoeCpu, MatchesReferenceOnRandomLayers) {
 TEST_P(MoeCpu, OutputMayAliasInput) {
   // The residual stream is often updated in place: x is fully consumed
   // (prepared) before y is written.
-  if (std::string why = variant_unsupported(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  SKIP_UNLESS_RUNNABLE(GetParam());
   Layer l = random_layer(Format::mxfp4, Format::fp8_block128, 96, 64, 8, 2, 77);
   std::vector<float> x(size_t(3 * 96));
   random_normal(x.data(), int64_t(x.size()), 5);
@@ -125,7 +124,7 @@ TEST_P(MoeCpu, OutputMayAliasInput) {
 }
 
 TEST_P(MoeCpu, RejectsBadLayers) {
-  if (std::string why = variant_unsupported(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  SKIP_UNLESS_RUNNABLE(GetParam());
   Layer l = random_layer(Format::mxfp4, Format::mxfp4, 64, 32, 4, 2, 7);
   std::vector<float> x(64), y(64);
   MoeWeights w = l.w;

@@ -33,6 +33,11 @@ inline std::string variant_unsupported(const KernelVariant& v) {
   return cpu_isa_unsupported(v.isa, host_cpu_features());
 }
 
+// In a test of variant v: skips it, saying why, where this CPU cannot run it.
+#define SKIP_UNLESS_RUNNABLE(v)                                                             \
+  if (std::string why = ::nibble::test::variant_unsupported(v); !why.empty())               \
+  GTEST_SKIP() << ::nibble::test::variant_name(v) << ": " << why
+
 // Every variant: the ones this CPU lacks skip, saying why.
 #define NIBBLE_ALL_KERNEL_VARIANTS                                                                         \
   ::testing::Values(::nibble::test::KernelVariant{::nibble::CpuIsa::avx2, ::nibble::Fp4Acts::f32},        \
