@@ -6,9 +6,9 @@
 // gpt-oss and DeepSeek-V3 ops) throw "backend cuda has no op X yet", so
 // nothing silently falls back to the CPU. The indexer's projections are
 // linears and a RoPE (deepseek_v4_attention.cpp), so they run here. Not yet
-// selectable with --device cuda: the forward still reads logits and the
-// draft layer's hidden rows from Tensors on the host, and keeps each
-// sequence's caches in host memory (docs/cuda.md, "The CUDA backend").
+// selectable with --device cuda: it makes no per-sequence caches yet
+// (new_attention_cache), so attend cannot run, and DeepseekV4Model builds a
+// CpuBackend itself (docs/cuda.md, "The CUDA backend").
 //
 // Every Tensor this backend hands out is device memory. A step's host inputs
 // (ids, positions, row lists) are uploaded into the arena on the stream by
