@@ -90,7 +90,7 @@ std::string loadavg() {
 
 struct Layer {
   std::vector<float> kv_b;  // [H (n + v), C]
-  MlaCache cache;           // T - tokens rows before the call
+  HostMlaCache host{MlaShape{}};  // its cache: T - tokens rows before the call
 };
 
 }  // namespace
@@ -129,17 +129,18 @@ int main(int argc, char** argv) {
       const int64_t T = std::atoll(ts.c_str());
       std::vector<Layer> layers(static_cast<size_t>(copies));
       for (Layer& l : layers) {
+        l.host = HostMlaCache(s);
         l.kv_b.resize(size_t(H * (N + V) * C));
         for (float& x : l.kv_b) x = nd(rng) / std::sqrt(float(C));
-        l.cache.latent.resize(size_t(T * C));
-        l.cache.k_rope.resize(size_t(T * R));
-        for (float& x : l.cache.latent) x = nd(rng);
-        for (float& x : l.cache.k_rope) x = nd(rng);
+        l.host.cache.latent.resize(size_t(T * C));
+        l.host.cache.k_rope.resize(size_t(T * R));
+        for (float& x : l.host.cache.latent) x = nd(rng);
+        for (float& x : l.host.cache.k_rope) x = nd(rng);
       }
       std::vector<float> q(size_t(tokens * H * (N + R))), o(size_t(tokens * H * V));
       for (float& x : q) x = nd(rng);
-      const std::vector<float> lat_new(layers[0].cache.latent.end() - tokens * C, layers[0].cache.latent.end());
-      const std::vector<float> kr_new(layers[0].cache.k_rope.end() - tokens * R, layers[0].cache.k_rope.end());
+      const std::vector<float> lat_new(layers[0].host.cache.latent.end() - tokens * C, layers[0].host.cache.latent.end());
+      const std::vector<float> kr_new(layers[0].host.cache.k_rope.end() - tokens * R, layers[0].host.cache.k_rope.end());
       for (const std::string& isa_name : isas) {
         const CpuIsa isa = parse_cpu_isa(isa_name);
         for (const std::string& th : threads) {
@@ -148,9 +149,9 @@ int main(int argc, char** argv) {
           std::vector<double> ms, cpu;
           for (int r = 0; r <= reps; ++r) {
             Layer& l = layers[size_t(r % copies)];
-            l.cache.latent.resize(size_t((T - tokens) * C));  // shrinking keeps the capacity: no reallocation
-            l.cache.k_rope.resize(size_t((T - tokens) * R));
-            const MlaSeq seq{&l.cache, tokens, T - tokens};
+            l.host.cache.latent.resize(size_t((T - tokens) * C));  // shrinking keeps the capacity: no reallocation
+            l.host.cache.k_rope.resize(size_t((T - tokens) * R));
+            const MlaSeq seq{&l.host, tokens, T - tokens};
             const double c0 = thread_seconds();
             const auto t0 = std::chrono::steady_clock::now();
             mla_attend_cpu(s, l.kv_b.data(), seq, q.data(), lat_new.data(), kr_new.data(), o.data(), &pool, isa);

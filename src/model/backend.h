@@ -11,13 +11,15 @@
 // the only host inputs of a step are the batch description (ids, positions,
 // the per-sequence slices), which a device backend uploads once per step,
 // and from_host's rows. Per-sequence caches come from the backend too
-// (new_attention_cache): host memory on the CPU backend, device memory on a
-// device backend (see docs/sequences.md).
+// (new_attention_cache, new_gqa_cache, new_mla_cache; model/attention_cache.h):
+// host memory on the CPU backend, device memory on a device backend (see
+// docs/sequences.md).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_block.h"
@@ -40,6 +42,9 @@ struct Tensor {
   // The same memory seen as [rows * cols / width, width] (e.g. heads as rows).
   Tensor reshaped(int64_t width) const { return Tensor{data, rows * cols / width, width}; }
 };
+
+// Throws unless `out` has one non-null destination per row of x (to_host_rows).
+void check_rows_out(Tensor x, std::span<float* const> out);
 
 class Backend {
  public:
@@ -73,6 +78,11 @@ class Backend {
   // CPU backend's Tensors are host memory already.
   virtual void to_host(Tensor x, float* out) = 0;
   virtual void from_host(const float* in, Tensor x) = 0;
+  // Row r of x to out[r] ([x.cols] each; out.size() == x.rows): a step's
+  // logits, each sequence's to its own buffer. One to_host into host memory,
+  // then the rows scattered there, so a device backend synchronises once per
+  // step, not once per sequence; the CPU backend copies each row directly.
+  virtual void to_host_rows(Tensor x, std::span<float* const> out);
   // streams [T, k * x.cols] += x [T, x.cols] broadcast over the k copies.
   virtual void add_to_streams(Tensor x, Tensor streams) = 0;
   // The MoE sublayer: router, routed experts, shared expert; ids [T] for hash routing.
@@ -114,6 +124,12 @@ class Backend {
   virtual void moe_layer(const MoeWeights& w, MoeFn fn, Tensor x, Tensor y) {
     (void)w, (void)fn, (void)x, (void)y, missing("moe_layer");
   }
+  // A new, empty cache for one sequence's gpt-oss layer of shape s: a
+  // sliding layer's ring of `ring` slots, or (ring 0) a full layer's cache
+  // of every position. Called from any thread, as new_attention_cache.
+  virtual std::unique_ptr<AttentionCache> new_gqa_cache(const GqaShape& s, int64_t ring) {
+    (void)s, (void)ring, missing("new_gqa_cache");
+  }
   // One sequence's grouped-query attention with sinks: appends its k / v
   // [count, KV*d] to its cache, o [count, H*d] from q [count, H*d].
   virtual void gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
@@ -128,6 +144,10 @@ class Backend {
   virtual void paste_cols(Tensor x, int64_t c0, Tensor out) { (void)x, (void)c0, (void)out, missing("paste_cols", "DeepSeek-V3"); }
   // out = silu(gate) * up elementwise (the SwiGLU of a dense MLP); out may alias gate.
   virtual void silu_mul(Tensor gate, Tensor up, Tensor out) { (void)gate, (void)up, (void)out, missing("silu_mul", "DeepSeek-V3"); }
+  // A new, empty latent cache for one sequence's layer of shape s.
+  virtual std::unique_ptr<AttentionCache> new_mla_cache(const MlaShape& s) {
+    (void)s, missing("new_mla_cache", "DeepSeek-V3");
+  }
   // One sequence's latent attention (deepseek_v3_attention.h): appends its
   // latent [count, C] and RoPE'd k_rope [count, r] to its cache, o [count, H*v]
   // from q [count, H*(n+r)]; kv_b is kv_b_proj as f32 [H*(n+v), C].

@@ -48,6 +48,11 @@ void CpuBackend::to_host(Tensor x, float* out) { std::copy(x.data, x.data + x.ro
 
 void CpuBackend::from_host(const float* in, Tensor x) { std::copy(in, in + x.rows * x.cols, x.data); }
 
+void CpuBackend::to_host_rows(Tensor x, std::span<float* const> out) {
+  check_rows_out(x, out);
+  for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r), x.row(r) + x.cols, out[size_t(r)]);
+}
+
 std::unique_ptr<AttentionCache> CpuBackend::new_attention_cache(const AttentionWeights& w, const AttentionShape& s) {
   return std::make_unique<HostAttentionCache>(&w, s);
 }
@@ -103,6 +108,10 @@ void CpuBackend::moe_layer(const MoeWeights& w, MoeFn fn, Tensor x, Tensor y) {
   fn(w, x.data, nullptr, x.rows, y.data, pool_);
 }
 
+std::unique_ptr<AttentionCache> CpuBackend::new_gqa_cache(const GqaShape& s, int64_t ring) {
+  return std::make_unique<HostGqaCache>(s, ring);
+}
+
 void CpuBackend::gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
                             Tensor o) {
   gqa_attend_cpu(s, sinks, seq, q.data, k.data, v.data, o.data, pool_);
@@ -129,6 +138,10 @@ void CpuBackend::silu_mul(Tensor gate, Tensor up, Tensor out) {
   const int64_t n = gate.rows * gate.cols;
   // torch's silu: x / (1 + exp(-x)), then the product with up, in f32.
   for (int64_t i = 0; i < n; ++i) out.data[i] = gate.data[i] / (1.0f + std::exp(-gate.data[i])) * up.data[i];
+}
+
+std::unique_ptr<AttentionCache> CpuBackend::new_mla_cache(const MlaShape& s) {
+  return std::make_unique<HostMlaCache>(s);
 }
 
 void CpuBackend::mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent,

@@ -36,6 +36,7 @@ class CpuBackend : public Backend {
   void gather_rows(Tensor x, std::span<const int64_t> rows, Tensor out) override;
   void to_host(Tensor x, float* out) override;
   void from_host(const float* in, Tensor x) override;
+  void to_host_rows(Tensor x, std::span<float* const> out) override;
   void add_to_streams(Tensor x, Tensor streams) override;
   void moe(const BlockWeights& w, Tensor x, std::span<const int32_t> ids, Tensor y) override;
 
@@ -51,12 +52,14 @@ class CpuBackend : public Backend {
   void add_bias(Tensor y, const float* bias) override;
   void rope_half_split(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions) override;
   void moe_layer(const MoeWeights& w, MoeFn fn, Tensor x, Tensor y) override;
+  std::unique_ptr<AttentionCache> new_gqa_cache(const GqaShape& s, int64_t ring) override;
   void gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
                   Tensor o) override;
 
   void copy_cols(Tensor x, int64_t c0, Tensor out) override;
   void paste_cols(Tensor x, int64_t c0, Tensor out) override;
   void silu_mul(Tensor gate, Tensor up, Tensor out) override;
+  std::unique_ptr<AttentionCache> new_mla_cache(const MlaShape& s) override;
   void mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent, Tensor k_rope,
                   Tensor o) override;
 

@@ -60,16 +60,10 @@ DeepseekV3Model::~DeepseekV3Model() {
   if (profile_) std::fputs(profile_->report().c_str(), stderr);
 }
 
-uint64_t DeepseekV3State::memory_bytes() const {
-  uint64_t b = sizeof(*this);
-  for (const MlaCache& c : layers_) b += c.bytes();
-  return b;
-}
-
 std::unique_ptr<ModelState> DeepseekV3Model::new_state() const {
   auto st = std::make_unique<DeepseekV3State>();
   st->owner_ = this;
-  st->layers_.resize(size_t(cfg_.n_layers));
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) st->add_layer(backend_->new_mla_cache(mla_));
   return st;
 }
 
@@ -84,24 +78,12 @@ std::unique_ptr<ModelState> DeepseekV3Model::fork(const ModelState& state) const
 }
 
 void DeepseekV3Model::truncate(ModelState& state, int64_t position) const {
+  // Full attention keeps every row: the floor is 0 and every truncation is in place.
   if (DeepseekV3DraftState* d = draft_state_of(state)) {
-    if (position < 0 || position > d->position_)
-      fail("truncate the MTP draft state to position ", position, ": it holds ", d->position_, " rows (valid: 0 .. ",
-           d->position_, ")");
-    d->cache_.latent.resize(size_t(position * cfg_.kv_lora_rank));
-    d->cache_.k_rope.resize(size_t(position * cfg_.qk_rope));
-    d->position_ = position;
+    d->truncate_in_place(position, "the MTP draft state");
     return;
   }
-  DeepseekV3State& st = state_of(state, -1);
-  if (position < 0 || position > st.position_)
-    fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
-         st.position_, ")");
-  for (MlaCache& c : st.layers_) {
-    c.latent.resize(size_t(position * cfg_.kv_lora_rank));
-    c.k_rope.resize(size_t(position * cfg_.qk_rope));
-  }
-  st.position_ = position;
+  state_of(state, -1).truncate_in_place(position, "the sequence");
 }
 
 std::string DeepseekV3Model::draft_unavailable() const {
@@ -234,7 +216,7 @@ void DeepseekV3Model::head_rows(const std::vector<float>& norm, const BoundLinea
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(head, picked, logits);
   }
-  for (int64_t r = 0; r < n; ++r) be.to_host(logits.slice(r, 1), out[size_t(r)]);
+  be.to_host_rows(logits, out);
 }
 
 void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
@@ -254,7 +236,7 @@ void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stat
   std::vector<MlaSeq> seqs(parts.size());
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     for (size_t i = 0; i < parts.size(); ++i)
-      seqs[i] = MlaSeq{&parts[i].st->layers_[size_t(l)], parts[i].count, parts[i].st->position_};
+      seqs[i] = MlaSeq{parts[i].st->layer(l), parts[i].count, parts[i].st->position()};
     layer_forward(w_.layers[size_t(l)], scratch, lay.positions, seqs, x, stats);
   }
   if (stats) {
@@ -280,7 +262,7 @@ void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stat
       first += p.count;
     }
   }
-  for (const Part& p : parts) p.st->position_ += p.count;
+  advance_states(parts, lay.ids);
   head_rows(w_.norm, w_.head, x, lay.logit_rows, lay.logit_out);
 }
 

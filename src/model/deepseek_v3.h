@@ -34,6 +34,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "model/backend.h"
+#include "model/cached_state.h"
 #include "model/deepseek_v3_config.h"
 #include "model/deepseek_v3_weights.h"
 #include "model/model.h"
@@ -42,33 +43,18 @@
 
 namespace nibble {
 
-// A sequence's state: one latent cache per layer holding every fed
-// position, so truncate is a resize (free, any depth) and fork a copy.
-class DeepseekV3State : public ModelState {
- public:
-  int64_t position() const override { return position_; }
-  int64_t truncate_floor() const override { return 0; }
-  uint64_t memory_bytes() const override;
-
- private:
+// A sequence's state: one latent cache per layer from the backend, holding
+// every fed position, so truncate is a resize (free, any depth: the floor
+// stays 0) and fork a copy.
+class DeepseekV3State final : public CachedState {
   friend class DeepseekV3Model;
-  int64_t position_ = 0;
-  std::vector<MlaCache> layers_;  // [n_layers]
 };
 
 // The MTP layer's own state: one latent cache over every row it was fed
 // (full attention, like the main layers), so truncate is a resize and fork a
 // copy. Its position counts the rows fed; row r is RoPE'd at position r.
-class DeepseekV3DraftState : public ModelState {
- public:
-  int64_t position() const override { return position_; }
-  int64_t truncate_floor() const override { return 0; }
-  uint64_t memory_bytes() const override { return sizeof(*this) + cache_.bytes(); }
-
- private:
+class DeepseekV3DraftState final : public CachedState {
   friend class DeepseekV3Model;
-  int64_t position_ = 0;
-  MlaCache cache_;
 };
 
 class DeepseekV3Model : public Model {

@@ -100,7 +100,7 @@ void mla_attend_cpu(const MlaShape& s, const float* kv_b, const MlaSeq& seq, con
   const int64_t C = s.latent, R = s.rope;
   if (std::string why = cpu_isa_unsupported(isa, host_cpu_features()); !why.empty())
     fail("DeepSeek-V3 attention: this CPU cannot run the ", cpu_isa_name(isa), " kernels: ", why);
-  MlaCache& c = *seq.cache;
+  MlaCache& c = host_cache<HostMlaCache>(seq.cache, "DeepSeek-V3 attention").cache;
   if (c.rows(C) != seq.position || int64_t(c.k_rope.size()) != seq.position * R)
     fail("DeepSeek-V3 attention: the cache holds ", c.rows(C), " positions but the sequence is at ", seq.position);
   c.latent.insert(c.latent.end(), latent, latent + seq.count * C);
@@ -118,6 +118,13 @@ void mla_attend_cpu(const MlaShape& s, const float* kv_b, const MlaSeq& seq, con
                     const float* k_rope, float* o, ThreadPool* pool) {
   static const CpuIsa best = best_cpu_isa(host_cpu_features());
   mla_attend_cpu(s, kv_b, seq, q, latent, k_rope, o, pool, best);
+}
+
+void HostMlaCache::truncate(int64_t p) {
+  if (p < 0 || p > cache.rows(s_.latent))
+    fail("DeepSeek-V3 attention: truncate to ", p, " but the cache holds ", cache.rows(s_.latent), " positions");
+  cache.latent.resize(size_t(p * s_.latent));
+  cache.k_rope.resize(size_t(p * s_.rope));
 }
 
 }  // namespace nibble

@@ -35,10 +35,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
+#include "model/attention_cache.h"
 
 namespace nibble {
 
@@ -79,10 +81,28 @@ struct MlaCache {
   uint64_t bytes() const { return sizeof(float) * (latent.capacity() + k_rope.capacity()); }
 };
 
+// The CPU backend's cache (Backend::new_mla_cache): an MlaCache in host
+// memory for a layer of shape s. Full attention keeps every row, so every
+// truncation is in place (a resize).
+class HostMlaCache final : public AttentionCache {
+ public:
+  explicit HostMlaCache(const MlaShape& s) : s_(s) {}
+  std::unique_ptr<AttentionCache> clone() const override { return std::make_unique<HostMlaCache>(*this); }
+  int64_t truncate_floor() const override { return 0; }
+  void truncate(int64_t p) override;
+  uint64_t bytes() const override { return cache.bytes(); }
+
+  MlaCache cache;
+
+ private:
+  MlaShape s_;
+};
+
 // One sequence's share of a step in one layer: `count` tokens fed at
-// `position` (= the rows its cache holds before the step).
+// `position` (= the rows its cache holds before the step). The cache comes
+// from the backend that runs mla_attend (a HostMlaCache for the CPU's).
 struct MlaSeq {
-  MlaCache* cache = nullptr;
+  AttentionCache* cache = nullptr;
   int64_t count = 0;
   int64_t position = 0;
 };

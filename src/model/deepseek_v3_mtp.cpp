@@ -32,6 +32,7 @@ std::unique_ptr<ModelState> DeepseekV3Model::new_draft_state() const {
   if (w_.mtp.empty()) fail("DeepSeek-V3: no MTP draft layer: ", draft_unavailable());
   auto st = std::make_unique<DeepseekV3DraftState>();
   st->owner_ = this;
+  st->add_layer(backend_->new_mla_cache(mla_));
   return st;
 }
 
@@ -83,16 +84,16 @@ void DeepseekV3Model::draft_forward_parts(std::span<const DraftPart> parts) cons
 
   const LayerScratch scratch = alloc_layer_scratch(n);
   std::vector<MlaSeq> seqs(parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) seqs[i] = MlaSeq{&parts[i].st->cache_, parts[i].count, parts[i].st->position_};
+  for (size_t i = 0; i < parts.size(); ++i) seqs[i] = MlaSeq{parts[i].st->layer(0), parts[i].count, parts[i].st->position()};
   layer_forward(m.layer, scratch, positions, seqs, x, nullptr);
-  for (const DraftPart& p : parts) p.st->position_ += p.count;
+  advance_states(parts, ids);
 
   // hidden_out: the head's input shared_head.norm(x), handed out with to_host.
   if (!hidden_rows.empty()) {
     Tensor normed = be.alloc(int64_t(hidden_rows.size()), D);
     be.gather_rows(x, hidden_rows, normed);
     be.rms_norm(normed, m.head_norm.data(), cfg_.rms_eps, normed);
-    for (size_t r = 0; r < hidden_rows.size(); ++r) be.to_host(normed.slice(int64_t(r), 1), hidden_out[r]);
+    be.to_host_rows(normed, hidden_out);
   }
   head_rows(m.head_norm, m.head, x, logit_rows, logit_out);
 }

@@ -45,17 +45,10 @@ DeepseekV4Model::~DeepseekV4Model() {
   if (profile_) std::fputs(profile_->report().c_str(), stderr);
 }
 
-uint64_t DeepseekV4State::memory_bytes() const {
-  uint64_t b = sizeof(*this) + sizeof(int32_t) * tokens_.capacity();
-  for (const AttentionCachePtr& l : layers_) b += l->bytes();
-  return b;
-}
-
 std::unique_ptr<ModelState> DeepseekV4Model::new_state() const {
   auto st = std::make_unique<DeepseekV4State>();
   st->owner_ = this;
-  for (const BlockWeights& b : w_.layers)
-    st->layers_.emplace_back(backend_->new_attention_cache(b.attn, attn_));
+  for (const BlockWeights& b : w_.layers) st->add_layer(backend_->new_attention_cache(b.attn, attn_));
   return st;
 }
 
@@ -69,42 +62,20 @@ std::unique_ptr<ModelState> DeepseekV4Model::fork(const ModelState& state) const
   return std::make_unique<DeepseekV4State>(state_of(state, -1));
 }
 
-void DeepseekV4Model::update_floor(DeepseekV4State& st) const {
-  int64_t floor = 0;
-  for (const AttentionCachePtr& l : st.layers_) floor = std::max(floor, l->truncate_floor());
-  st.floor_ = std::min(floor, st.position_);
-}
-
 void DeepseekV4Model::truncate(ModelState& state, int64_t position) const {
   if (DeepseekV4DraftState* d = draft_state_of(state)) {
     // The draft state keeps no history of its inputs (the residual rows), so
     // it cannot be refed: truncation stops at the floor.
-    if (position < d->floor_ || position > d->position_)
-      fail("truncate the MTP draft state to position ", position, ": it holds ", d->position_,
-           " rows and reaches back to ", d->floor_, " without its inputs (valid: ", d->floor_, " .. ", d->position_,
-           ")");
-    d->layer_->truncate(position);
-    d->position_ = position;
-    d->floor_ = std::min(d->position_, d->layer_->truncate_floor());
+    if (position < d->truncate_floor() || position > d->position())
+      fail("truncate the MTP draft state to position ", position, ": it holds ", d->position(),
+           " rows and reaches back to ", d->truncate_floor(), " without its inputs (valid: ", d->truncate_floor(),
+           " .. ", d->position(), ")");
+    d->truncate_in_place(position, "the MTP draft state");
     return;
   }
   DeepseekV4State& st = state_of(state, -1);
-  if (position < 0 || position > st.position_)
-    fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
-         st.position_, ")");
-  if (position == st.position_) return;
-  if (position >= st.floor_) {
-    for (AttentionCachePtr& l : st.layers_) l->truncate(position);
-    st.position_ = position;
-    st.tokens_.resize(size_t(position));
-    update_floor(st);
-    return;
-  }
   // Deeper than the kept rows reach: feed the prefix again into a fresh state.
-  std::vector<int32_t> prefix(st.tokens_.begin(), st.tokens_.begin() + position);
-  auto fresh = new_state();
-  forward(*fresh, prefix, nullptr, false);
-  st = std::move(static_cast<DeepseekV4State&>(*fresh));
+  if (!st.truncate_in_place(position, "the sequence")) refeed_prefix(*this, st, position);
 }
 
 void DeepseekV4Model::step(std::span<const SeqStep> batch, StepStats* stats) const {
@@ -140,7 +111,7 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     int64_t first = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
-      seqs[i] = AttnSeq{parts[i].st->layers_[size_t(l)].get(), first, parts[i].count, parts[i].st->position_};
+      seqs[i] = AttnSeq{parts[i].st->layer(l), first, parts[i].count, parts[i].st->position()};
       first += parts[i].count;
     }
     const bool compressed = cfg_.layer_types[size_t(l)] != AttnKind::sliding;
@@ -160,15 +131,7 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
   // The residual streams before hc_head of the rows a draft layer will read,
   // straight into the caller's buffer.
   copy_hidden_rows(be, parts, streams, N * D);
-  {
-    int64_t first = 0;
-    for (const Part& p : parts) {
-      p.st->tokens_.insert(p.st->tokens_.end(), ids.begin() + first, ids.begin() + first + p.count);
-      p.st->position_ += p.count;
-      update_floor(*p.st);
-      first += p.count;
-    }
-  }
+  advance_states(parts, ids);
   head_rows(be, w_.hc_head, w_.norm, streams, logit_rows, logit_out);
 }
 
@@ -191,7 +154,7 @@ void DeepseekV4Model::head_rows(Backend& be, const HcHeadWeights& hc_head, const
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, y, logits);
   }
-  for (int64_t r = 0; r < n; ++r) be.to_host(logits.slice(r, 1), out[size_t(r)]);
+  be.to_host_rows(logits, out);
 }
 
 std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

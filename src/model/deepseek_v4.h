@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "model/backend.h"
+#include "model/cached_state.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/model.h"
@@ -28,34 +29,19 @@
 
 namespace nibble {
 
-class DeepseekV4State : public ModelState {
- public:
-  int64_t position() const override { return position_; }
-  int64_t truncate_floor() const override { return floor_; }
-  uint64_t memory_bytes() const override;
-
- private:
+// A sequence's state: one AttentionCache per layer from the model's backend
+// (model/cached_state.h).
+class DeepseekV4State final : public CachedState {
   friend class DeepseekV4Model;
-  int64_t position_ = 0;
-  int64_t floor_ = 0;                      // max over layers of AttentionCache::truncate_floor
-  std::vector<int32_t> tokens_;            // every token fed: [position_] (for deep truncation)
-  std::vector<AttentionCachePtr> layers_;  // [n_layers], from the model's backend
 };
 
 // The MTP layer's own state (deepseek_v4_mtp.cpp): one sliding-window
 // attention layer. Its position counts the rows fed; row r's input is the
-// residual state of main position offset + r and the token after it.
-class DeepseekV4DraftState : public ModelState {
- public:
-  int64_t position() const override { return position_; }
-  int64_t truncate_floor() const override { return floor_; }
-  uint64_t memory_bytes() const override { return sizeof(*this) + layer_->bytes(); }
-
- private:
+// residual state of main position offset + r and the token after it. It
+// keeps no history of those rows, so it is never fed again: truncation stops
+// at its floor.
+class DeepseekV4DraftState final : public CachedState {
   friend class DeepseekV4Model;
-  int64_t position_ = 0;
-  int64_t floor_ = 0;
-  AttentionCachePtr layer_;
 };
 
 class DeepseekV4Model : public Model {
@@ -95,7 +81,6 @@ class DeepseekV4Model : public Model {
   void draft_forward_parts(std::span<const DraftPart> parts) const;
   // One forward over at most max_chunk_ tokens (callers hold mu_).
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
-  void update_floor(DeepseekV4State& st) const;
   // The head of the main model and of the MTP layer: rows `rows` of the
   // step's streams through hc_head, the final norm and the shared head,
   // each into its caller's logits buffer out[r] [V].

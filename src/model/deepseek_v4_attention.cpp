@@ -191,9 +191,7 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
 }
 
 AttentionState& host_attention_state(const AttnSeq& seq) {
-  auto* c = dynamic_cast<HostAttentionCache*>(seq.cache);
-  if (!c) fail("attention: the sequence's cache belongs to another backend than the CPU's");
-  return c->state;
+  return host_cache<HostAttentionCache>(seq.cache, "attention").state;
 }
 
 int64_t HostAttentionCache::truncate_floor() const {

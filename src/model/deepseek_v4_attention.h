@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "model/attention_cache.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_indexer.h"
 
@@ -60,41 +61,6 @@ struct AttentionShape {
   int64_t q_lora = 0, o_groups = 0, o_lora = 0, window = 0;
   double rms_eps = 1e-6;
   int64_t rollback = 0;          // tokens truncate() must reach back without refeeding
-};
-
-// One sequence's cache for one layer, in the memory of the backend that made
-// it (Backend::new_attention_cache, for that layer's weights and shape, which
-// it keeps); only that backend's attend reads it. A model's state holds one
-// per layer: fork clones them, truncate moves them back.
-class AttentionCache {
- public:
-  virtual ~AttentionCache() = default;
-  virtual std::unique_ptr<AttentionCache> clone() const = 0;
-  // The earliest position truncate() reaches without refeeding, and the
-  // truncation itself (floor <= p <= the current position).
-  virtual int64_t truncate_floor() const = 0;
-  virtual void truncate(int64_t p) = 0;
-  virtual uint64_t bytes() const = 0;  // memory held, host or device
-};
-
-// An owned AttentionCache that copies by clone(), so that copying a state
-// forks its caches.
-class AttentionCachePtr {
- public:
-  AttentionCachePtr() = default;
-  explicit AttentionCachePtr(std::unique_ptr<AttentionCache> c) : c_(std::move(c)) {}
-  AttentionCachePtr(const AttentionCachePtr& o) : c_(o.c_ ? o.c_->clone() : nullptr) {}
-  AttentionCachePtr& operator=(const AttentionCachePtr& o) {
-    if (this != &o) c_ = o.c_ ? o.c_->clone() : nullptr;
-    return *this;
-  }
-  AttentionCachePtr(AttentionCachePtr&&) = default;
-  AttentionCachePtr& operator=(AttentionCachePtr&&) = default;
-  AttentionCache* get() const { return c_.get(); }
-  AttentionCache* operator->() const { return c_.get(); }
-
- private:
-  std::unique_ptr<AttentionCache> c_;
 };
 
 // One sequence's share of a step: rows [first, first + count) of the step's

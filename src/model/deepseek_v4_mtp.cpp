@@ -26,7 +26,7 @@ std::unique_ptr<ModelState> DeepseekV4Model::new_draft_state() const {
   if (w_.mtp.empty()) fail("no MTP draft layer: ", w_.mtp_missing);
   auto st = std::make_unique<DeepseekV4DraftState>();
   st->owner_ = this;
-  st->layer_ = AttentionCachePtr(backend_->new_attention_cache(w_.mtp[0].block.attn, attn_));
+  st->add_layer(backend_->new_attention_cache(w_.mtp[0].block.attn, attn_));
   return st;
 }
 
@@ -85,17 +85,18 @@ void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   {
     int64_t first = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
-      seqs[i] = AttnSeq{parts[i].st->layer_.get(), first, parts[i].count, parts[i].st->position_};
+      seqs[i] = AttnSeq{parts[i].st->layer(0), first, parts[i].count, parts[i].st->position()};
       first += parts[i].count;
     }
   }
   block_forward(be, m.block, hc_, attn_, rope_main_, rope_compress_, ids, positions, seqs, streams);
-  for (const DraftPart& p : parts) {
-    p.st->position_ += p.count;
-    p.st->floor_ = std::min(p.st->position_, p.st->layer_->truncate_floor());
-  }
+  advance_states(parts, ids);
 
-  for (size_t r = 0; r < hidden_rows.size(); ++r) be.to_host(streams.slice(hidden_rows[r], 1), hidden_out[r]);
+  if (!hidden_rows.empty()) {
+    Tensor picked = be.alloc(int64_t(hidden_rows.size()), N * D);
+    be.gather_rows(streams, hidden_rows, picked);
+    be.to_host_rows(picked, hidden_out);
+  }
   head_rows(be, m.hc_head, m.norm, streams, logit_rows, logit_out);
 }
 

@@ -42,28 +42,16 @@ GptOssModel::~GptOssModel() {
   if (profile_) std::fputs(profile_->report().c_str(), stderr);
 }
 
-uint64_t GptOssState::memory_bytes() const {
-  uint64_t b = sizeof(*this) + sizeof(int32_t) * tokens_.capacity();
-  for (const KvCache& c : layers_) b += c.bytes();
-  return b;
-}
-
 std::unique_ptr<ModelState> GptOssModel::new_state() const {
   auto st = std::make_unique<GptOssState>();
   st->owner_ = this;
-  st->layers_.resize(size_t(cfg_.n_layers));
   // A sliding layer's ring: the window's keys before a chunk's first query,
   // the chunk itself (<= max_chunk_ tokens), and rollback_ more for
   // truncation without refeeding (KvCache::truncate_floor).
-  for (int64_t l = 0; l < cfg_.n_layers; ++l)
-    if (w_.layers[size_t(l)].sliding) st->layers_[size_t(l)].ring = cfg_.sliding_window - 1 + max_chunk_ + rollback_;
+  const int64_t ring = cfg_.sliding_window - 1 + max_chunk_ + rollback_;
+  for (const GptOssLayerWeights& w : w_.layers)
+    st->add_layer(backend_->new_gqa_cache(layer_shape(w), w.sliding ? ring : 0));
   return st;
-}
-
-void GptOssModel::update_floor(GptOssState& st) const {
-  int64_t floor = 0;
-  for (const KvCache& c : st.layers_) floor = std::max(floor, c.truncate_floor(cfg_.sliding_window));
-  st.floor_ = std::min(floor, st.position_);
 }
 
 GptOssState& GptOssModel::state_of(const ModelState& s, int64_t id) const {
@@ -77,23 +65,12 @@ std::unique_ptr<ModelState> GptOssModel::fork(const ModelState& state) const {
 
 void GptOssModel::truncate(ModelState& state, int64_t position) const {
   GptOssState& st = state_of(state, -1);
-  if (position < 0 || position > st.position_)
-    fail("truncate to position ", position, ": the sequence holds ", st.position_, " tokens (valid: 0 .. ",
-         st.position_, ")");
-  if (position == st.position_) return;
-  if (position >= st.floor_) {
-    const int64_t kvw = cfg_.n_kv_heads * cfg_.head_dim;
-    for (KvCache& c : st.layers_) c.truncate(position, kvw, cfg_.sliding_window);
-    st.position_ = position;
-    st.tokens_.resize(size_t(position));
-    update_floor(st);
-    return;
-  }
-  // Deeper than the sliding rings reach: feed the prefix again into a fresh state.
-  std::vector<int32_t> prefix(st.tokens_.begin(), st.tokens_.begin() + position);
-  auto fresh = new_state();
-  forward(*fresh, prefix, nullptr, false);
-  st = std::move(static_cast<GptOssState&>(*fresh));
+  // Deeper than the kept rows reach: feed the prefix again into a fresh state.
+  if (!st.truncate_in_place(position, "the sequence")) refeed_prefix(*this, st, position);
+}
+
+GqaShape GptOssModel::layer_shape(const GptOssLayerWeights& w) const {
+  return GqaShape{cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, w.sliding ? cfg_.sliding_window : 0};
 }
 
 std::unique_ptr<ModelState> GptOssModel::new_draft_state() const {
@@ -162,10 +139,10 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
       be.rope_half_split(rope_, k, KV, positions);
       {
         PhaseTimer _c(be.profile(), Phase::attn_core);
-        const GqaShape shape{H, KV, d, w.sliding ? cfg_.sliding_window : 0};
+        const GqaShape shape = layer_shape(w);
         int64_t first = 0;
         for (const Part& p : parts) {
-          const GqaSeq seq{&p.st->layers_[size_t(l)], first, p.count, p.st->position_};
+          const GqaSeq seq{p.st->layer(l), first, p.count, p.st->position()};
           be.gqa_attend(shape, w.sinks.data(), seq, q.slice(first, p.count), k.slice(first, p.count),
                         v.slice(first, p.count), o.slice(first, p.count));
           first += p.count;
@@ -200,15 +177,7 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
   }
   // The residual stream before the final norm, for callers that want it.
   copy_hidden_rows(be, parts, x, D);
-  {
-    int64_t first = 0;
-    for (const Part& p : parts) {
-      p.st->tokens_.insert(p.st->tokens_.end(), ids.begin() + first, ids.begin() + first + p.count);
-      p.st->position_ += p.count;
-      update_floor(*p.st);
-      first += p.count;
-    }
-  }
+  advance_states(parts, ids);
   if (logit_rows.empty()) return;
 
   const int64_t rows = int64_t(logit_rows.size());
@@ -222,7 +191,7 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, picked, logits);
   }
-  for (int64_t r = 0; r < rows; ++r) be.to_host(logits.slice(r, 1), logit_out[size_t(r)]);
+  be.to_host_rows(logits, logit_out);
 }
 
 std::unique_ptr<Model> load_gpt_oss(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

@@ -28,6 +28,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/detect.h"
 #include "model/backend.h"
+#include "model/cached_state.h"
 #include "model/gpt_oss_config.h"
 #include "model/gpt_oss_weights.h"
 #include "model/model.h"
@@ -36,23 +37,13 @@
 
 namespace nibble {
 
-// A sequence's state: one KV cache per layer (a full layer's holds every fed
-// position; a sliding layer's a ring of the last window + step budget +
-// rollback positions) and the tokens fed. Truncation back to the floor is free
-// (a resize, or a ring position moved back); deeper, the kept prefix is fed
-// again. A fork is a copy.
-class GptOssState : public ModelState {
- public:
-  int64_t position() const override { return position_; }
-  int64_t truncate_floor() const override { return floor_; }
-  uint64_t memory_bytes() const override;
-
- private:
+// A sequence's state: one KV cache per layer from the backend (a full
+// layer's holds every fed position; a sliding layer's a ring of the last
+// window + step budget + rollback positions) and the tokens fed. Truncation
+// back to the floor is free (a resize, or a ring position moved back);
+// deeper, the kept prefix is fed again. A fork is a copy.
+class GptOssState final : public CachedState {
   friend class GptOssModel;
-  int64_t position_ = 0;
-  int64_t floor_ = 0;            // max over layers of KvCache::truncate_floor
-  std::vector<KvCache> layers_;  // [n_layers]
-  std::vector<int32_t> tokens_;  // fed so far, for truncations below the floor
 };
 
 class GptOssModel : public Model {
@@ -88,7 +79,7 @@ class GptOssModel : public Model {
   using Part = StepPart<GptOssState>;
   GptOssState& state_of(const ModelState& s, int64_t id) const;
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
-  void update_floor(GptOssState& st) const;
+  GqaShape layer_shape(const GptOssLayerWeights& w) const;
   // The MoE sublayer's distinct experts for `x` (benchmarks only: routes again).
   int64_t count_distinct(const GptOssLayerWeights& w, const float* x, int64_t n) const;
 

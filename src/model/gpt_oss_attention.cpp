@@ -44,7 +44,7 @@ void KvCache::truncate(int64_t position, int64_t width, int64_t window) {
 void gqa_attend_cpu(const GqaShape& s, const float* sinks, const GqaSeq& seq, const float* q, const float* k,
                     const float* v, float* o, ThreadPool* pool) {
   const int64_t d = s.head_dim, kvw = s.kv_heads * d, qw = s.heads * d, group = s.heads / s.kv_heads;
-  KvCache& c = *seq.cache;
+  KvCache& c = host_cache<HostGqaCache>(seq.cache, "gpt-oss attention").kv;
   if (c.fed != seq.position)
     fail("gpt-oss attention: the cache was fed ", c.fed, " positions but the sequence is at ", seq.position);
   if (c.ring > 0 && (s.window <= 0 || seq.count > c.ring - s.window + 1))

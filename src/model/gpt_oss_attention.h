@@ -15,8 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "model/attention_cache.h"
 #include "model/deepseek_v4_rope.h"
 
 namespace nibble {
@@ -51,10 +53,28 @@ struct KvCache {
   uint64_t bytes() const { return sizeof(float) * (k.capacity() + v.capacity()); }
 };
 
+// The CPU backend's cache (Backend::new_gqa_cache): a KvCache in host memory
+// for a layer of shape s, with `ring` slots when it slides (0: full).
+class HostGqaCache final : public AttentionCache {
+ public:
+  HostGqaCache(const GqaShape& s, int64_t ring) : s_(s) { kv.ring = ring; }
+  std::unique_ptr<AttentionCache> clone() const override { return std::make_unique<HostGqaCache>(*this); }
+  int64_t truncate_floor() const override { return kv.truncate_floor(s_.window); }
+  void truncate(int64_t p) override { kv.truncate(p, s_.kv_heads * s_.head_dim, s_.window); }
+  uint64_t bytes() const override { return kv.bytes(); }
+
+  KvCache kv;
+
+ private:
+  GqaShape s_;
+};
+
 // One sequence's share of a step in one layer: step rows [first, first + count),
-// fed at `position` (= the positions its cache was fed before the step).
+// fed at `position` (= the positions its cache was fed before the step). The
+// cache comes from the backend that runs gqa_attend (a HostGqaCache for the
+// CPU's).
 struct GqaSeq {
-  KvCache* cache = nullptr;
+  AttentionCache* cache = nullptr;
   int64_t first = 0, count = 0;
   int64_t position = 0;
 };

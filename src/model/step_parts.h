@@ -71,6 +71,18 @@ void copy_hidden_rows(Backend& be, std::span<const StepPart<State>> parts, Tenso
   }
 }
 
+// After a sub-step's forward (StepPart or DraftStepPart): each part's state
+// (a CachedState) keeps its tokens, ids [T] laid out sequence after
+// sequence, and moves on.
+template <class Part>
+void advance_states(std::span<const Part> parts, std::span<const int32_t> ids) {
+  int64_t first = 0;
+  for (const Part& p : parts) {
+    p.st->advance(ids.subspan(size_t(first), size_t(p.count)));
+    first += p.count;
+  }
+}
+
 // The model-independent checks of entry `i` of `batch`, whose state is at
 // `position`: a state, not twice in the step, token ids in the vocabulary,
 // room in the context, logits and hidden rows asked for consistently.

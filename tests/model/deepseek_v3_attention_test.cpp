@@ -57,9 +57,9 @@ Inputs make_inputs(const Case& k, uint32_t seed) {
 std::vector<float> run(const Case& k, const Inputs& in, CpuIsa isa, ThreadPool* pool) {
   const MlaShape& s = k.s;
   const int64_t H = s.heads, C = s.latent, R = s.rope, qw = s.q_width();
-  MlaCache cache;
-  cache.latent.assign(in.lat.begin(), in.lat.begin() + k.cached * C);
-  cache.k_rope.assign(in.kr.begin(), in.kr.begin() + k.cached * R);
+  HostMlaCache cache(s);
+  cache.cache.latent.assign(in.lat.begin(), in.lat.begin() + k.cached * C);
+  cache.cache.k_rope.assign(in.kr.begin(), in.kr.begin() + k.cached * R);
   std::vector<float> o(size_t(in.T * H * s.v), 0.0f);
   int64_t p0 = k.cached;
   for (int64_t n : k.steps) {

@@ -184,11 +184,12 @@ TEST_P(Dsv3Hf, IncrementalEqualsFullForward) {
     EXPECT_EQ(std::memcmp(inc.data(), full.data(), full.size() * 4), 0) << "chunks of " << chunk;
   }
   // The cache holds the latent and the rope key only: (C + r) floats per
-  // token per layer.
+  // token per layer; besides it the state keeps the token ids (4 bytes per
+  // token). A vector's capacity is at most twice its size.
   const DeepseekV3Config& c = static_cast<const DeepseekV3Model&>(*model).config();
   EXPECT_LE(a->memory_bytes(), sizeof(DeepseekV3State) + uint64_t(c.n_layers) * 2 * uint64_t(n) *
                                                              uint64_t(c.kv_lora_rank + c.qk_rope) * 4 +
-                                   uint64_t(c.n_layers) * sizeof(MlaCache));
+                                   2 * uint64_t(n) * sizeof(int32_t));
 }
 
 // Mixed batches at random chunkings, every runnable kernel: each sequence's
@@ -296,14 +297,14 @@ TEST(Dsv3Mla, AbsorbedEqualsUnabsorbed) {
   fill(lat, size_t(T * C), 1.0f);
   fill(kr, size_t(T * R), 1.0f);
   // Fed in two steps (7 then 6 tokens) to cover a cache that already holds rows.
-  MlaCache cache;
+  HostMlaCache cache(s);
   std::vector<float> o(size_t(T * H * Vd));
   for (auto [p0, cnt] : {std::pair<int64_t, int64_t>{0, 7}, {7, 6}}) {
     const MlaSeq seq{&cache, cnt, p0};
     mla_attend_cpu(s, kv_b.data(), seq, q.data() + p0 * H * qw, lat.data() + p0 * C, kr.data() + p0 * R,
                    o.data() + p0 * H * Vd, nullptr);
   }
-  EXPECT_EQ(cache.rows(C), T);
+  EXPECT_EQ(cache.cache.rows(C), T);
   double worst = 0;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {

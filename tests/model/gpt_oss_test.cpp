@@ -269,24 +269,24 @@ TEST(GptOssAttention, SlidingRingMatchesUnboundedCache) {
   std::vector<float> q(size_t(n * qw)), k(size_t(n * kvw)), v(size_t(n * kvw)), sinks(size_t(s.heads));
   for (auto* vec : {&q, &k, &v, &sinks})
     for (float& x : *vec) x = nd(rng);
-  KvCache full, r;
-  r.ring = ring;
+  HostGqaCache full(s, 0), r(s, ring);
   std::vector<float> o_full(size_t(n * qw)), o_ring(size_t(n * qw));
   for (int64_t p = 0; p < n;) {
     const int64_t c = std::min<int64_t>(n - p, 1 + int64_t(rng() % 3));
-    for (KvCache* cache : {&full, &r}) {
+    for (HostGqaCache* cache : {&full, &r}) {
       const GqaSeq seq{cache, 0, c, p};
       float* o = (cache == &full ? o_full : o_ring).data() + p * qw;
       gqa_attend_cpu(s, sinks.data(), seq, q.data() + p * qw, k.data() + p * kvw, v.data() + p * kvw, o, nullptr);
     }
     p += c;
-    EXPECT_LE(int64_t(r.k.size()), ring * kvw);
+    EXPECT_LE(int64_t(r.kv.k.size()), ring * kvw);
   }
   EXPECT_EQ(std::memcmp(o_full.data(), o_ring.data(), o_full.size() * 4), 0);
-  EXPECT_EQ(int64_t(full.k.size()), n * kvw);
+  EXPECT_EQ(int64_t(full.kv.k.size()), n * kvw);
   // Positions [n - ring, n) are held: a query at p needs (p - window, p).
-  EXPECT_EQ(r.truncate_floor(s.window), n - ring + s.window - 1);
-  EXPECT_THROW(r.truncate(r.truncate_floor(s.window) - 1, kvw, s.window), Error);
+  EXPECT_EQ(r.truncate_floor(), n - ring + s.window - 1);
+  EXPECT_EQ(full.truncate_floor(), 0);
+  EXPECT_THROW(r.truncate(r.truncate_floor() - 1), Error);
   const GqaSeq too_long{&r, 0, ring - s.window + 2, n};
   std::vector<float> big(size_t(too_long.count * qw));
   EXPECT_THROW(gqa_attend_cpu(s, sinks.data(), too_long, big.data(), big.data(), big.data(), big.data(), nullptr),
