@@ -97,7 +97,7 @@ bench bf16_16384x4096 35 linear --format bf16 --rows 16384 --cols 4096
 if command -v compute-sanitizer >/dev/null && [ "$gpus" -gt 0 ]; then
   step -optional memcheck 70 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUNDLE/bin/test_cuda" \
     --gtest_color=no \
-    --gtest_filter='MoeW4A16Gpu.FixedAwkwardShapes:MoeW4A16Gpu.FusedGateUpSwiglu:LinearMmaGpu.FixedAwkwardShapes:MoeRouterGpu.*:SwigluGpu.*:WeightStoreGpu.*'
+    --gtest_filter='MoeW4A16Gpu.FixedAwkwardShapes:MoeW4A16Gpu.FusedGateUpSwiglu:LinearMmaGpu.FixedAwkwardShapes:MoeRouterGpu.*:SwigluGpu.*:WeightStoreGpu.*:CudaBackendGpu.Attend*'
 fi
 
 {

@@ -24,6 +24,7 @@ class CudaAllocator : public DeviceAllocator {
   void* allocate(size_t bytes) override { return cuda_device_alloc(bytes); }
   void release(void* p) override { cuda_device_free(p); }
   void upload(void* dst, const void* src, size_t bytes) override { cuda_upload_async(dst, src, bytes, stream_); }
+  void copy(void* dst, const void* src, size_t bytes) override { cuda_copy_async(dst, src, bytes, stream_); }
 
  private:
   void* stream_;
@@ -256,13 +257,6 @@ void CudaBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s,
     }
   }
   release_to(m);
-}
-std::unique_ptr<AttentionCache> CudaBackend::new_attention_cache(const AttentionWeights&, const AttentionShape&) {
-  not_yet("new_attention_cache (per-sequence caches in device memory)");
-}
-void CudaBackend::attend(const AttentionWeights&, const AttentionShape&, const RopeTable&, const AttnSeq&, Tensor,
-                         Tensor, Tensor, Tensor, const IndexerProjections*, Tensor) {
-  not_yet("attend");
 }
 
 }  // namespace nibble

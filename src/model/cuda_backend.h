@@ -1,14 +1,14 @@
 // The CUDA backend of model/backend.h (issue 16), in progress: the ops that
 // have GPU kernels run on one CUDA stream over device memory (a StepArena for
 // the step's Tensors, a WeightMirror for the small host-resident weights,
-// FP8 / BF16 matrices repacked for linear_mma on first use); the ops that
-// do not yet (linear on FP4 / INT4 weights, gpt-oss's MoE, attend, and the
-// gpt-oss and DeepSeek-V3 ops) throw "backend cuda has no op X yet", so
-// nothing silently falls back to the CPU. The indexer's projections are
-// linears and a RoPE (deepseek_v4_attention.cpp), so they run here. Not yet
-// selectable with --device cuda: it makes no per-sequence caches yet
-// (new_attention_cache), so attend cannot run, and DeepseekV4Model builds a
-// CpuBackend itself (docs/cuda.md, "The CUDA backend").
+// FP8 / BF16 matrices repacked for linear_mma on first use, per-sequence
+// DeviceAttentionCaches for attend); the ops that do not yet (linear on FP4
+// / INT4 weights, gpt-oss's MoE, and the gpt-oss and DeepSeek-V3 ops) throw
+// "backend cuda has no op X yet", so nothing silently falls back to the
+// CPU. The indexer's projections are linears and a RoPE
+// (deepseek_v4_attention.cpp), so they run here. Not yet selectable with
+// --device cuda: DeepseekV4Model builds a CpuBackend itself (docs/cuda.md,
+// "The CUDA backend").
 //
 // Every Tensor this backend hands out is device memory. A step's host inputs
 // (ids, positions, row lists) are uploaded into the arena on the stream by
@@ -26,6 +26,9 @@
 #include "model/cuda_backend_memory.h"
 
 namespace nibble {
+
+class DeviceAttentionCache;
+struct DeviceCompressor;
 
 class CudaBackend : public Backend {
  public:
@@ -85,6 +88,12 @@ class CudaBackend : public Backend {
     return reinterpret_cast<const T*>(p);
   }
   void upload_bytes(void* dst, const void* src, size_t bytes);
+  // attend's compressor step (cuda_backend_attend.cpp): the rows kv, score
+  // [n, width] of positions p0 .. into c's rings, every window that closes
+  // pooled, normed and RoPE'd into c's entries.
+  void append_compressed(DeviceAttentionCache& cache, DeviceCompressor& c, const CompressorWeights& w,
+                         const RopeTable& rope, double rms_eps, const float* kv, const float* score, int64_t n,
+                         int64_t p0);
   void check_errors();  // the embed's bad-id flag (synchronises)
 
   // The tensor-core layout of an FP8 block-128 / BF16 matrix, repacked and

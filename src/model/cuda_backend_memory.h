@@ -32,6 +32,9 @@ class DeviceAllocator {
   virtual void release(void* p) = 0;
   // Copies host bytes to device memory; the host bytes may be reused on return.
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  // Copies device bytes to device memory, in order with the uploads and the
+  // backend's kernels (a fork's clone, an entry buffer that grows).
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 };
 
 class StepArena {

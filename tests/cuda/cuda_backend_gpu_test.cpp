@@ -242,6 +242,121 @@ TEST(CudaBackendGpu, RopeMatchesTheCpuBackend) {
   }
 }
 
+// One attention layer of each kind (sliding window, HCA, CSA with its
+// indexer) fed the same random projections in uneven chunks (one past the
+// device cache's kPiece rows between poolings) through both backends, each
+// with its own cache: every output equal within 2^-14 of its row's scale
+// (expf, the dot products' order, the entries' norm and RoPE; far below a
+// wrong key or a wrong entry, which moves an output by the keys' own size).
+// Then forks of both, truncated back by the rollback and fed on, against
+// the originals fed on: the caches evolve apart and stay equal.
+TEST(CudaBackendGpu, AttendMatchesTheCpuBackend) {
+  REQUIRE_CUDA_DEVICE();
+  for (AttnKind kind : {AttnKind::sliding, AttnKind::hca, AttnKind::csa}) {
+    Pair b;
+    AttentionShape s;
+    s.heads = 3;
+    s.head_dim = 16;
+    s.window = 6;
+    s.rollback = 3;
+    const int64_t H = s.heads, d = s.head_dim;
+    uint64_t seed = 100 + uint64_t(kind) * 1000;
+    AttentionWeights w;
+    w.kind = kind;
+    w.sink = randn(size_t(H), seed++);
+    if (kind != AttnKind::sliding) {
+      CompressorWeights c;
+      c.ratio = kind == AttnKind::hca ? 8 : 4;
+      c.dim = d;
+      c.overlap = kind == AttnKind::csa;
+      c.ape = randn(size_t(c.ratio * c.width()), seed++);
+      c.norm = randn(size_t(d), seed++, 0.5f);
+      w.compressor = c;
+    }
+    if (kind == AttnKind::csa) {
+      IndexerWeights iw;
+      iw.heads = 2;
+      iw.dim = 8;
+      iw.topk = 3;
+      iw.compressor.ratio = 4;
+      iw.compressor.dim = 8;
+      iw.compressor.overlap = true;
+      iw.compressor.ape = randn(size_t(4 * 16), seed++);
+      iw.compressor.norm = randn(8, seed++, 0.5f);
+      w.indexer = iw;
+    }
+    RopeConfig rc;
+    const RopeTable compress_rope(rc, 4);
+    const int64_t width = w.compressor ? w.compressor->width() : 0, iwidth = w.indexer ? 16 : 0;
+    auto cpu_cache = b.cpu.new_attention_cache(w, s), gpu_cache = b.gpu.new_attention_cache(w, s);
+    auto feed = [&](AttentionCache* cc, AttentionCache* gc, int64_t p0, int64_t n, const char* what) {
+      auto q = b.make(randn(size_t(n * H * d), seed++), n, H * d);
+      auto kv = b.make(randn(size_t(n * d), seed++), n, d);
+      Pair::T2 ckv{}, cscore{}, ikv{}, iscore{}, iq{}, ihw{};
+      if (width) {
+        ckv = b.make(randn(size_t(n * width), seed++), n, width);
+        cscore = b.make(randn(size_t(n * width), seed++), n, width);
+      }
+      IndexerProjections ic, ig;
+      if (iwidth) {
+        ikv = b.make(randn(size_t(n * iwidth), seed++), n, iwidth);
+        iscore = b.make(randn(size_t(n * iwidth), seed++), n, iwidth);
+        iq = b.make(randn(size_t(n * 2 * 8), seed++), n, 2 * 8);
+        ihw = b.make(randn(size_t(n * 2), seed++), n, 2);
+        ic = IndexerProjections{ikv.c.data, iscore.c.data, iq.c.data, ihw.c.data};
+        ig = IndexerProjections{ikv.g.data, iscore.g.data, iq.g.data, ihw.g.data};
+      }
+      auto o = b.make(n, H * d);
+      b.cpu.attend(w, s, compress_rope, AttnSeq{cc, 0, n, p0}, q.c, kv.c, ckv.c, cscore.c, iwidth ? &ic : nullptr,
+                   o.c);
+      b.gpu.attend(w, s, compress_rope, AttnSeq{gc, 0, n, p0}, q.g, kv.g, ckv.g, cscore.g, iwidth ? &ig : nullptr,
+                   o.g);
+      std::vector<float> got(size_t(n * H * d));
+      b.gpu.download(o.g, got.data());
+      for (int64_t t = 0; t < n; ++t) {
+        float row_max = 0;
+        for (int64_t c = 0; c < H * d; ++c) row_max = std::max(row_max, std::fabs(o.c.row(t)[c]));
+        for (int64_t c = 0; c < H * d; ++c)
+          ASSERT_LE(std::fabs(got[size_t(t * H * d + c)] - o.c.row(t)[c]), 0x1p-14 * row_max + 1e-30)
+              << what << ": kind " << int(kind) << " position " << p0 + t << " channel " << c;
+      }
+    };
+    int64_t p = 0;
+    for (int64_t n : {5, 1, 1, 9, 2, 70, 1, 1, 3}) {
+      feed(cpu_cache.get(), gpu_cache.get(), p, n, "fed");
+      p += n;
+    }
+    auto cpu_fork = cpu_cache->clone(), gpu_fork = gpu_cache->clone();
+    const int64_t back = std::max(cpu_fork->truncate_floor(), gpu_fork->truncate_floor());
+    ASSERT_LE(back, p - s.rollback) << "kind " << int(kind);
+    cpu_fork->truncate(back);
+    gpu_fork->truncate(back);
+    feed(cpu_fork.get(), gpu_fork.get(), back, 4, "a fork truncated and fed on");
+    feed(cpu_cache.get(), gpu_cache.get(), p, 2, "the original fed on after the fork");
+  }
+}
+
+TEST(CudaBackendGpu, AttendRefusesAnotherBackendsCache) {
+  REQUIRE_CUDA_DEVICE();
+  Pair b;
+  AttentionWeights w;
+  w.sink.assign(2, 0.0f);
+  AttentionShape s;
+  s.heads = 2;
+  s.head_dim = 8;
+  s.window = 4;
+  auto cpu_cache = b.cpu.new_attention_cache(w, s);
+  auto q = b.make(1, 16), kv = b.make(1, 8), o = b.make(1, 16);
+  RopeConfig rc;
+  const RopeTable rope(rc, 4);
+  try {
+    b.gpu.attend(w, s, rope, AttnSeq{cpu_cache.get(), 0, 1, 0}, q.g, kv.g, Tensor{}, Tensor{}, nullptr, o.g);
+    FAIL() << "the CUDA attend took the CPU's cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another backend"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaBackendGpu, HyperConnectionsMatchTheCpuBackend) {
   REQUIRE_CUDA_DEVICE();
   Pair b;

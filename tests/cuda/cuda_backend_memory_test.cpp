@@ -11,33 +11,13 @@
 #include <set>
 
 #include "model/cuda_backend_memory.h"
+#include "support/host_allocator.h"
 #include "util/error.h"
 
 namespace nibble {
 namespace {
 
-class HostAllocator : public DeviceAllocator {
- public:
-  ~HostAllocator() override { EXPECT_TRUE(live.empty()) << live.size() << " allocations leaked"; }
-  void* allocate(size_t bytes) override {
-    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-    live.insert(p);
-    ++allocations;
-    return p;
-  }
-  void release(void* p) override {
-    if (!p) return;
-    EXPECT_EQ(live.erase(p), 1u) << "released memory it did not allocate";
-    std::free(p);
-  }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    EXPECT_TRUE(live.count(dst)) << "upload into memory it did not allocate";
-    std::memcpy(dst, src, bytes);
-    ++uploads;
-  }
-  std::set<void*> live;
-  int allocations = 0, uploads = 0;
-};
+using test::HostAllocator;
 
 TEST(StepArena, SteadyStepsReuseTheSameAddresses) {
   HostAllocator host;
