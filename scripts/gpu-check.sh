@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # One command for a machine with an NVIDIA GPU: runs every CUDA test, the
 # CUDA device discovery and planning through `nibble explain --device cuda`,
-# and the GPU benchmarks (`nibble bench moe|linear --device cuda`: the W4A16
+# the GPU benchmarks (`nibble bench moe|linear --device cuda`: the W4A16
 # MoE on MXFP4, NVFP4 and INT4 experts and the FP8 / BF16 tensor-core
 # linears at 1..64 tokens against the read bandwidth measured in the same
-# run), and prints one summary table.
+# run), and the whole model on the GPU: test_cuda's DeepseekV4Gpu tests
+# against the CPU, then a DeepSeek-V4-Flash-shaped checkpoint with two
+# full-size layers written here (tools/make_flash_shaped.py: numpy and torch
+# or ml_dtypes) and `nibble bench decode --device cuda` on it; one summary
+# table at the end.
 # Needs only the bundle that scripts/gpu-bundle.sh builds on a development
 # machine (none of the project's Debian packages, no network, no compiler)
-# and the GPU driver. Expected about 3 minutes on one H200 (never run yet);
-# each step has its own timeout, all together 9 min 10 s at most, so a
+# and the GPU driver. Never run yet. Each step has its own timeout, cut to
+# what is left of 9 min 20 s (steps past it are listed as not run), so a
 # device call with timeout_s 570 always returns the summary.
 #
 #   scripts/gpu-check.sh [BUNDLE]      (default build/gpu-bundle)
@@ -27,8 +31,13 @@ if [ ! -x "$BUNDLE/bin/test_cuda" ] || [ ! -x "$BUNDLE/bin/nibble" ]; then
 fi
 export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nibble="$BUNDLE/bin/nibble"
+# The tests find the binary and the tree (fixtures, the shipped model) here,
+# not where they were built.
+export NIBBLE_BINARY="$PWD/$nibble" NIBBLE_SOURCE_DIR="$PWD"
+case "$BUNDLE" in /*) NIBBLE_BINARY="$nibble" ;; esac
 failed=0
 rows=()
+deadline=$((SECONDS + 560))
 
 # step [-optional] NAME TIMEOUT_S CMD...: runs CMD into NAME.log and adds a
 # row to the table; a failing optional step is reported, not counted.
@@ -37,6 +46,13 @@ step() {
   if [ "$1" = -optional ]; then optional=1; shift; fi
   local name=$1 limit=$2
   shift 2
+  local left=$((deadline - SECONDS))
+  if [ $left -lt 5 ]; then
+    rows+=("$(printf '%-16s %-18s' "$name" "not run (no time)")")
+    [ $optional -eq 0 ] && failed=$((failed + 1))
+    return
+  fi
+  [ "$limit" -gt $left ] && limit=$left
   local t0=$SECONDS
   timeout "$limit" "$@" >"$RESULTS/$name.log" 2>&1
   local rc=$?
@@ -69,13 +85,17 @@ skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z]' "$RESULTS/test_cuda.log" || true)
 if [ "$gpus" -gt 0 ] && [ "$skipped" -gt 0 ]; then
   fail_check test_cuda "$gpus GPU(s) present but $skipped test(s) skipped"
 fi
-# Exit status 1 is expected until the CUDA backend exists (issue 16: "no
-# backend ... yet"); what must hold is the device found and measured and
-# every FP4 / FP8 / BF16 group planned onto a tensor-core kernel.
-step -optional explain 40 "$nibble" explain models/dsv4-tiny --device cuda --json
+# The device found and measured, the CUDA backend planned, and every group
+# of the shipped model on a CUDA kernel (none on a CPU one).
+# (The text form: in the JSON the rejected kernels are named the same way.)
+step explain 40 "$nibble" explain models/dsv4-tiny --device cuda
+grep -q '^backend   cuda: runs every op' "$RESULTS/explain.log" || fail_check explain "no cuda backend (explain.log)"
 for k in cuda_w4a16 cuda_fp8_mma cuda_bf16_mma; do
-  grep -q "\"kernel\": \"$k\"" "$RESULTS/explain.log" || fail_check explain "no group planned on $k (explain.log)"
+  grep -qE " $k \((linear|moe)\)\$" "$RESULTS/explain.log" || fail_check explain "no group planned on $k (explain.log)"
 done
+if grep -qE ' cpu_[a-z0-9_]+ \((linear|moe)\)$' "$RESULTS/explain.log"; then
+  fail_check explain "a group planned on a CPU kernel (explain.log)"
+fi
 # The benchmarks: one JSON line per row; a skipped one with a GPU present fails.
 bench() {
   local name=$1 limit=$2
@@ -92,12 +112,21 @@ bench fp8_4096x4096 35 linear --format fp8_block128 --rows 4096 --cols 4096
 bench fp8_16384x4096 35 linear --format fp8_block128 --rows 16384 --cols 4096
 bench fp8_32768x1024 35 linear --format fp8_block128 --rows 32768 --cols 1024
 bench bf16_16384x4096 35 linear --format bf16 --rows 16384 --cols 4096
+# The whole model: a Flash-shaped checkpoint (two full-size layers, ~7 GB)
+# and batched decode on the GPU against the GPU's measured read bandwidth.
+flash=${FLASH_DIR:-/tmp/nibble-flash2}
+if python3 -c 'import numpy' 2>/dev/null; then
+  step -optional flash_write 100 python3 tools/make_flash_shaped.py "$flash" --force
+  step -optional flash_decode 120 "$nibble" bench decode "$flash" --device cuda --sequences 1,2,4,8,16,32,64 \
+    -n 8 --prompt-tokens 32 --json
+  grep '^{' "$RESULTS/flash_decode.log" >"$RESULTS/flash_decode.json" 2>/dev/null || true
+fi
 # Out-of-bounds accesses on the awkward shapes (compute-sanitizer may refuse
 # the device in some sandboxes: reported, not counted).
 if command -v compute-sanitizer >/dev/null && [ "$gpus" -gt 0 ]; then
   step -optional memcheck 70 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUNDLE/bin/test_cuda" \
     --gtest_color=no \
-    --gtest_filter='MoeW4A16Gpu.FixedAwkwardShapes:MoeW4A16Gpu.FusedGateUpSwiglu:LinearMmaGpu.FixedAwkwardShapes:MoeRouterGpu.*:SwigluGpu.*:WeightStoreGpu.*:CudaBackendGpu.Attend*'
+    --gtest_filter='MoeW4A16Gpu.FixedAwkwardShapes:MoeW4A16Gpu.FusedGateUpSwiglu:LinearMmaGpu.FixedAwkwardShapes:MoeRouterGpu.*:SwigluGpu.*:WeightStoreGpu.*:CudaBackendGpu.Attend*:DeepseekV4Gpu.IncrementalMatchesFullForward'
 fi
 
 {
@@ -108,9 +137,9 @@ fi
   echo "=== test_cuda"
   grep -E '^\[  (FAILED|SKIPPED) |^\[==========\] [0-9]+ tests|^\[  PASSED  \]|Failure' "$RESULTS/test_cuda.log" | head -30
   echo
-  echo "=== explain (device, kernels)"
-  grep -E '"(description|bandwidth_gbps|kernel|kernel_units|device_bytes)"|no CUDA device' "$RESULTS/explain.log" |
-    sort | uniq -c | head -16
+  echo "=== explain (device, backend, kernels)"
+  grep -E '^(device|backend|group|[a-z_]+ +[a-z0-9_]+ +[0-9]+ )|^ {10}[0-9]+ SMs|no CUDA device|^NOT RUNNABLE|^decode reads' \
+    "$RESULTS/explain.log" | cut -c1-160 | head -30
   echo
   echo "=== benchmarks: ratio = GB/s over the read bandwidth measured in the same run"
   printf '%-15s %-12s %6s %7s %5s %9s %8s %6s %7s %5s\n' bench format tokens experts split us GB/s ratio tensor best
@@ -123,6 +152,18 @@ fi
       printf "%-15s %-12s %6s %7s %5s %9.1f %8.0f %6.2f %7.3f %2s:%.1f\n", b, v["format"], v["tokens"], v["experts"],
              v["k_splits"], v["us"], v["gbps"], v["ratio"], v["tensor_ratio"], v["best_split"], v["best_us"] }'
   done
+  echo
+  echo "=== the whole model: gpu vs cpu (test_cuda), bench decode --device cuda (Flash-shaped, 2 layers)"
+  grep -h '^\[ gpu vs cpu \]' "$RESULTS/test_cuda.log" | cut -c1-300
+  if [ -s "$RESULTS/flash_decode.json" ]; then
+    sed -E 's/[{}"]//g' "$RESULTS/flash_decode.json" | awk -F, '{
+      for (i = 1; i <= NF; i++) { split($i, kv, ": "); gsub(/ /, "", kv[1]); v[kv[1]] = kv[2] }
+      printf "seqs %4s  prefill %9.1f tok/s  decode %9.1f tok/s  bytes/step %12.0f  GB/s %7.1f  ratio %6.3f\n",
+             v["sequences"], v["prefill_tokens_per_s"], v["decode_tokens_per_s"], v["bytes_per_step"],
+             v["bandwidth_gbps"], v["ratio"] }'
+  else
+    tail -3 "$RESULTS/flash_decode.log" 2>/dev/null
+  fi
   [ -f "$RESULTS/memcheck.log" ] && { echo; echo "=== memcheck"; tail -4 "$RESULTS/memcheck.log"; }
   echo
   echo "=== $failed check(s) failed"

@@ -47,8 +47,28 @@ import struct
 import sys
 import time
 
-import ml_dtypes
 import numpy as np
+
+# ml_dtypes (PyPI) rounds f32 to FP8 E4M3 and BF16; where it is missing (the
+# GPU machine of scripts/gpu-check.sh has numpy and torch, no network) torch
+# rounds the same way (round to nearest even; E4M3 saturating after the clip).
+try:
+    import ml_dtypes
+
+    def to_e4m3(v):
+        return v.astype(ml_dtypes.float8_e4m3fn)
+
+    def to_bf16(v):
+        return v.astype(ml_dtypes.bfloat16)
+
+except ImportError:
+    import torch
+
+    def to_e4m3(v):
+        return torch.from_numpy(np.ascontiguousarray(v)).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+
+    def to_bf16(v):
+        return torch.from_numpy(np.ascontiguousarray(v)).to(torch.bfloat16).view(torch.int16).numpy()
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATE = os.path.join(REPO, "tests/fixtures/checkpoints/dsv4_flash_skeleton.json")
@@ -125,7 +145,7 @@ class Values:
             return (127 + e + jitter).astype(np.uint8)
         if dtype == "F8_E4M3":
             v = rng.standard_normal(size=(rows, *tail), dtype=np.float32) * FP8_STORED_RMS
-            return np.clip(v, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+            return to_e4m3(np.clip(v, -448, 448))
         if dtype == "I64":  # tid2eid: each row distinct random experts
             n_experts = self.config["n_routed_experts"]
             keys = rng.random(size=(rows, n_experts), dtype=np.float32)
@@ -152,7 +172,7 @@ class Values:
         else:
             raise SystemExit(f"make_flash_shaped: no value rule for {name} {dtype} {shape}")
         if dtype == "BF16":
-            return v.astype(ml_dtypes.bfloat16)
+            return to_bf16(v)
         if dtype == "F32":
             return v.astype(np.float32)
         raise SystemExit(f"make_flash_shaped: unexpected dtype {dtype} for {name}")

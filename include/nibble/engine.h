@@ -20,6 +20,9 @@
 namespace nibble {
 
 struct EngineOptions {
+  // Where the forward runs: "host" (this machine's CPU) or "cuda" / "cuda:N"
+  // (a GPU of this machine; DeepSeek-V4 models).
+  std::string device = "host";
   int threads = 0;                       // CPU threads; <= 0: all hardware threads
   std::string moe_backend = "auto";      // routed-experts kernel (as --moe-backend)
   std::string linear_backend = "auto";   // kernel of the other matrix ops (as --linear-backend)
@@ -140,11 +143,6 @@ struct GenerationResult {
   SpecDecodeStats spec;                  // empty unless draft_tokens > 0
 };
 
-// This machine's memory read bandwidth in GB/s: a read-only pass with
-// `threads` threads over a fresh buffer far past the last-level cache (best
-// of three). What benchmarks set decode speed against.
-double measure_memory_bandwidth_gbps(int threads);
-
 // The architectures (config.json's architectures[0]) Engine::load runs.
 std::vector<std::string> runnable_architectures();
 
@@ -167,7 +165,14 @@ class Engine {
   int64_t step_token_budget() const;
   // How far truncate() goes back without refeeding (EngineOptions::rollback_tokens).
   int64_t rollback_tokens() const;
-  int threads() const;                            // CPU threads the forward uses
+  int threads() const;                            // CPU threads the forward uses (on a GPU: the host's share)
+  // Where the forward runs: "host" or "cuda:N", and that device in words.
+  const std::string& device() const;
+  const std::string& device_description() const;
+  // The read bandwidth of the memory the weights stream from, measured now
+  // (this machine's DRAM with threads() threads, or the GPU's memory): what
+  // benchmarks set decode speed against.
+  double measure_bandwidth_gbps() const;
   const GenerationDefaults& generation_defaults() const;
   // The kernels bound for an op group, for logs: "moe" (routed experts) or
   // "linear" (every other matrix op); registry names, comma-separated.

@@ -38,6 +38,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--prompt-tokens", "P", "prompt length of every sequence (default 64)"},
     {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
     {"-t,--threads", "N", "CPU threads (default: all)"},
+    {"--device", "NAME", "host (this machine's CPU, the default) or cuda / cuda:N (a GPU; DeepSeek-V4 models)"},
     {"--moe-backend", "NAME", "routed-experts kernel (default auto)"},
     {"--linear-backend", "NAME", "kernel of the other matrix ops (default auto)"},
     {"--bandwidth", "GBPS", "assume this read bandwidth instead of measuring it per row"},
@@ -96,9 +97,9 @@ int bench_decode(const std::vector<std::string>& argv) {
                              "tokens/s (aggregate and per sequence) of steps that feed one token to every\n"
                              "sequence, the weight bytes such a step reads (each distinct routed expert\n"
                              "once), and the bandwidth bound for those bytes: read bandwidth measured\n"
-                             "before the row (a fresh buffer, all threads) over bytes per step, times the\n"
-                             "sequences. Decode feeds random token ids (seeded). Also in the help of\n"
-                             "`nibble bench`: decode.",
+                             "before the row (a fresh buffer, all threads; with --device cuda the GPU's\n"
+                             "memory) over bytes per step, times the sequences. Decode feeds random token\n"
+                             "ids (seeded). Also in the help of `nibble bench`: decode.",
                              kOptions);
     return 0;
   }
@@ -120,10 +121,13 @@ int bench_decode(const std::vector<std::string>& argv) {
   if (prompt + steps + 2 > engine->max_context())
     usage_fail("--prompt-tokens ", prompt, " + -n ", steps, " do not fit the model's context of ", engine->max_context());
   const std::string bw_source = given_bw > 0 ? "--bandwidth flag" : "measured";
+  const std::string where = engine->device() == "host"
+                                ? "the CPU, " + std::to_string(engine->threads()) + " threads"
+                                : engine->device() + " (" + engine->device_description() + ")";
   if (!json)
-    std::printf("# %s, %d threads, prompts of %lld tokens, %lld decode steps per row\n"
+    std::printf("# %s on %s, prompts of %lld tokens, %lld decode steps per row\n"
                 "%5s %10s %10s %9s %12s %8s %8s %9s %6s %10s\n",
-                dir.c_str(), engine->threads(), (long long)prompt, (long long)steps, "seqs", "prefill/s", "decode/s",
+                dir.c_str(), where.c_str(), (long long)prompt, (long long)steps, "seqs", "prefill/s", "decode/s",
                 "per-seq/s", "bytes/step", "experts", "GB/s", "bound/s", "ratio", "state/seq");
 
   using Clock = std::chrono::steady_clock;
@@ -179,7 +183,7 @@ int bench_decode(const std::vector<std::string>& argv) {
     r.distinct_experts = experts;
     r.state_bytes = engine->memory_bytes(ids[0]);
     for (SeqId id : ids) engine->release(id);
-    r.bandwidth = given_bw > 0 ? given_bw : measure_memory_bandwidth_gbps(engine->threads());
+    r.bandwidth = given_bw > 0 ? given_bw : engine->measure_bandwidth_gbps();
     r.bound_tps = double(S) * r.bandwidth * 1e9 / bytes;
     r.ratio = r.decode_tps / r.bound_tps;
     print_row(r, json, bw_source);

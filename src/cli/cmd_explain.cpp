@@ -146,6 +146,12 @@ void print_plan(const std::string& path, const Plan& plan, bool arch_runs, bool 
                 "          latent attention over a latent-only cache, dense MLP, group-limited MoE with shared\n"
                 "          experts, head) with the kernels below\n\n",
                 plan.backend.c_str());
+  else if (plan.backend == "cuda")
+    std::printf("backend   cuda: runs every op of the forward on %s (embedding, norms, hyper-connections,\n"
+                "          projections, RoPE, window / compressed attention and indexer with every sequence's\n"
+                "          caches in GPU memory, MoE routing and experts, head) with the kernels below; the\n"
+                "          wanted rows of logits come back to the host, where sampling runs\n\n",
+                d.name.c_str());
   else
     std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"
                 "          RoPE, window / compressed attention and indexer, MoE, head) with the kernels below\n\n",

@@ -5,6 +5,8 @@
 
 #include "cli/text_generation.h"
 #include "cli/usage_error.h"
+#include "device/cuda_device.h"
+#include "device/device.h"
 #include "kernels/registry.h"
 #include "util/thread_pool.h"
 
@@ -14,6 +16,8 @@ std::vector<OptionSpec> model_load_options() {
   return {
       {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
       {"-t,--threads", "N", "CPU threads (default: all)"},
+      {"--device", "NAME", "where the model runs: host (this machine's CPU, the default) or cuda / cuda:N "
+                           "(a GPU; DeepSeek-V4 models)"},
       {"--moe-backend", "NAME", "force the routed-experts kernel (default auto)"},
       {"--linear-backend", "NAME", "force the kernel of the other matrix ops (default auto)"},
       {"--bandwidth", "GBPS",
@@ -71,8 +75,19 @@ int threads_arg(const ParsedArgs& args) {
   return threads;
 }
 
+std::string device_arg(const ParsedArgs& args) {
+  const std::string name = args.str("--device", "host");
+  if (name == "host" || is_cuda_device_spec(name)) return name;
+  for (const std::string& planned : named_device_list())
+    if (name == planned)
+      usage_fail("flag --device: ", name, " is a device to plan for (`nibble explain --device ", name,
+                 "`), not one of this machine's: run on host, cuda or cuda:N");
+  usage_fail("flag --device: unknown device '", name, "' (host, cuda, cuda:N)");
+}
+
 EngineOptions engine_options(const ParsedArgs& args) {
   EngineOptions opt;
+  opt.device = device_arg(args);
   opt.threads = threads_arg(args);
   opt.moe_backend = args.str("--moe-backend", "auto");
   opt.linear_backend = args.str("--linear-backend", "auto");

@@ -1,6 +1,6 @@
 // The flags of every command that loads a model (run, chat, logits, kld,
 // tokenize): where the model is (MODEL_DIR or -m/--model) and how it is
-// planned (-t/--threads, --moe-backend, --linear-backend, --bandwidth).
+// planned (-t/--threads, --device, --moe-backend, --linear-backend, --bandwidth).
 //
 // Bandwidth: these commands do not measure it. The planner's choice among
 // the CPU kernels does not depend on it (each exact SIMD kernel is ahead of
@@ -22,7 +22,7 @@ namespace nibble::cli {
 // the cost estimates shown by `explain` (which measures instead).
 inline constexpr double kUnmeasuredBandwidthGbps = 10.0;
 
-// -m/--model, -t/--threads, --moe-backend, --linear-backend, --bandwidth, --profile.
+// -m/--model, -t/--threads, --device, --moe-backend, --linear-backend, --bandwidth, --profile.
 std::vector<OptionSpec> model_load_options();
 
 // The model folder: -m/--model or the one positional argument. With neither,
@@ -36,6 +36,10 @@ EngineOptions engine_options(const ParsedArgs& args);
 
 // -t/--threads checked the same way (for commands that plan without loading).
 int threads_arg(const ParsedArgs& args);
+
+// --device: host (default), cuda or cuda:N; the planning-only names
+// (sm_90, cpu-avx2, ...) and unknown ones are usage errors.
+std::string device_arg(const ParsedArgs& args);
 
 // Throws UsageError unless `name` is "auto" or a registry kernel of `op`.
 void check_backend_name(const std::string& flag, const std::string& name, bool is_moe);

@@ -119,7 +119,7 @@ double cuda_read_bandwidth_gbps(int index, uint64_t bytes, int repeats) {
 
 Device cuda_device(const std::string& spec, double bandwidth_gbps) {
   if (!is_cuda_device_spec(spec)) fail("not a CUDA device name: '", spec, "' (expected cuda or cuda:N)");
-  const int index = spec == "cuda" ? 0 : std::stoi(spec.substr(5));
+  const int index = cuda_device_index(spec);
   const CudaProbe& probe = cuda_probe();
   if (!probe.error.empty()) fail(probe.error);
   const CudaDeviceInfo* info = nullptr;

@@ -44,5 +44,7 @@ Device cuda_device(const std::string& spec, double bandwidth_gbps = 0);
 
 // True for "cuda" and "cuda:<digits>".
 bool is_cuda_device_spec(const std::string& name);
+// N of "cuda:N" (0 for "cuda"); throws nibble::Error for other names.
+int cuda_device_index(const std::string& spec);
 
 }  // namespace nibble

@@ -1,6 +1,8 @@
 // The spelling of CUDA device names, shared by the CUDA and the CUDA-less build.
 #include "device/cuda_device.h"
 
+#include "util/error.h"
+
 namespace nibble {
 
 bool is_cuda_device_spec(const std::string& name) {
@@ -9,6 +11,11 @@ bool is_cuda_device_spec(const std::string& name) {
   for (size_t i = 5; i < name.size(); ++i)
     if (name[i] < '0' || name[i] > '9') return false;
   return true;
+}
+
+int cuda_device_index(const std::string& spec) {
+  if (!is_cuda_device_spec(spec)) fail("not a CUDA device name: '", spec, "' (expected cuda or cuda:N)");
+  return spec == "cuda" ? 0 : std::stoi(spec.substr(5));
 }
 
 }  // namespace nibble

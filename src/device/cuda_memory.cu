@@ -12,6 +12,8 @@ constexpr CudaCheck check{"cuda backend"};
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 }  // namespace
 
+void cuda_set_device(int index) { check(cudaSetDevice(index), "cudaSetDevice"); }
+
 void* cuda_device_alloc(size_t bytes) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);

@@ -9,6 +9,11 @@
 
 namespace nibble {
 
+// The calling thread's current device (cudaSetDevice): allocations, streams
+// and launches go to it. Per host thread, so a backend sets it again on
+// each entry a server's worker thread may make.
+void cuda_set_device(int index);
+
 void* cuda_device_alloc(size_t bytes);  // on the current device; throws with the size when it fails
 void cuda_device_free(void* p);         // null is fine; synchronises the device (cudaFree); never throws
 

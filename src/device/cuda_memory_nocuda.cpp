@@ -11,6 +11,7 @@ namespace {
 }
 }  // namespace
 
+void cuda_set_device(int) { no_cuda(); }
 void* cuda_device_alloc(size_t) { no_cuda(); }
 void cuda_device_free(void*) {}  // nothing was ever allocated
 void* cuda_stream_create() { no_cuda(); }

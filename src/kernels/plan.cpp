@@ -65,7 +65,7 @@ Plan make_plan(const std::string& path, const Detection& det, const ModelLayout&
 
   Plan plan;
   plan.device = device;
-  plan.backend = device.kind == DeviceKind::cpu ? "cpu" : "";
+  plan.backend = device.kind == DeviceKind::cpu ? "cpu" : layout.runs_on_cuda ? "cuda" : "";
   plan.metadata_schema = det.metadata_schema;
   // The same warning for every layer and expert reads as one, with a count.
   std::vector<std::string> folded;

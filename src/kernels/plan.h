@@ -50,6 +50,9 @@ struct ModelLayout {
   // index in folded provenance and warnings: {"layers.", "N"} turns
   // "layers.12.ffn" into "layers.N.ffn", so one line stands for every layer.
   std::vector<std::pair<std::string, std::string>> index_words;
+  // The model's forward has every op on the CUDA backend (DeepSeek-V4), so
+  // a CUDA plan has a backend ("cuda"); the other models run on CPUs only.
+  bool runs_on_cuda = false;
 };
 
 struct PlanOptions {
@@ -82,7 +85,8 @@ struct Plan {
   int64_t layers = 0;           // ModelLayout::layers
   Device device;
   // The backend that runs every op of the forward on `device` (model/backend.h):
-  // "cpu" for CPU devices; "" where nibble has none yet (CUDA devices).
+  // "cpu" for CPU devices, "cuda" for CUDA devices where the model's forward
+  // runs there (ModelLayout::runs_on_cuda); "" where nibble has none yet.
   std::string backend;
   std::vector<GroupPlan> groups;
   uint64_t bytes_per_token = 0;

@@ -161,6 +161,11 @@ const std::vector<KernelDesc>& kernel_registry() {
       {"cuda_bf16_mma", Op::linear, {Format::bf16}, needs_cuda_sm80, 0, 0.6, 0.3,
        "mma.sync m16n8k16 BF16 from a repacked layout, f32 accumulate", nullptr, nullptr, nullptr, {},
        "tensor_core"},
+      // F32 matrices (DeepSeek-V4's hyper-connection mixes: 24 or 4 rows)
+      // are too small for tensor cores to matter: a warp per output on
+      // CUDA cores (row_ops.h cuda_linear_f32). Efficiencies are targets.
+      {"cuda_f32", Op::linear, {Format::f32}, needs_cuda_sm80, 0, 0.3, 0.1,
+       "CUDA cores f32, a warp per output (small matrices)", nullptr, nullptr, nullptr, {}, "cuda_core"},
       {"cuda_fp4_native", Op::moe, kFp4Formats, native_fp4_not_built, 0, 0.8, 0.5,
        "native FP4 x FP4 MMA with block scales (not built)", nullptr, nullptr, nullptr, {}, "tensor_core"},
   };

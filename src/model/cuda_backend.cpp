@@ -17,16 +17,28 @@ namespace nibble {
 
 namespace {
 
-// Device memory and uploads on the backend's stream.
+// Device memory and uploads on the backend's stream. Each call makes the
+// backend's device current first: a fork or a new sequence's cache may come
+// from a thread that has not stepped the model yet (the server's).
 class CudaAllocator : public DeviceAllocator {
  public:
-  explicit CudaAllocator(void* stream) : stream_(stream) {}
-  void* allocate(size_t bytes) override { return cuda_device_alloc(bytes); }
+  CudaAllocator(int device, void* stream) : device_(device), stream_(stream) {}
+  void* allocate(size_t bytes) override {
+    cuda_set_device(device_);
+    return cuda_device_alloc(bytes);
+  }
   void release(void* p) override { cuda_device_free(p); }
-  void upload(void* dst, const void* src, size_t bytes) override { cuda_upload_async(dst, src, bytes, stream_); }
-  void copy(void* dst, const void* src, size_t bytes) override { cuda_copy_async(dst, src, bytes, stream_); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    cuda_set_device(device_);
+    cuda_upload_async(dst, src, bytes, stream_);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    cuda_set_device(device_);
+    cuda_copy_async(dst, src, bytes, stream_);
+  }
 
  private:
+  int device_;
   void* stream_;
 };
 
@@ -37,17 +49,31 @@ void same_shape(const char* op, Tensor a, Tensor b) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(ForwardProfile* profile) : profile_(profile) {
+CudaBackend::CudaBackend(ForwardProfile* profile, int device) : profile_(profile), device_(device) {
+  cuda_set_device(device_);
   stream_ = cuda_stream_create();
-  alloc_ = std::make_unique<CudaAllocator>(stream_);
+  alloc_ = std::make_unique<CudaAllocator>(device_, stream_);
   arena_ = std::make_unique<StepArena>(*alloc_);
   mirror_ = std::make_unique<WeightMirror>(*alloc_);
   error_ = static_cast<int32_t*>(cuda_device_alloc(sizeof(int32_t)));
-  if (!cuda_probe().devices.empty()) sms_ = std::max(1, cuda_probe().devices[0].sms);
+  for (const CudaDeviceInfo& d : cuda_probe().devices)
+    if (d.index == device_) sms_ = std::max(1, d.sms);
   cuda_memset_async(error_, 0, sizeof(int32_t), stream_);
 }
 
+void CudaBackend::begin_step() {
+  // The kernels of a step launch from the calling thread, whose current
+  // device may not be this backend's (cuda_memory.h).
+  cuda_set_device(device_);
+  arena_->begin_step();
+}
+
 CudaBackend::~CudaBackend() {
+  try {
+    cuda_set_device(device_);  // the memory below is this device's
+  } catch (const std::exception&) {
+    // A lost device: the frees below fail quietly either way.
+  }
   // The arena and mirror free device memory (cudaFree synchronises first).
   arena_.reset();
   mirror_.reset();
@@ -57,7 +83,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::not_yet(const char* op) const {
-  fail("backend cuda has no op ", op, " yet (issue 16: it runs on the CPU backend only)");
+  fail("the CUDA backend has no ", op, " yet: run this model with --device host");
 }
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {

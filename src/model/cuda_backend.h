@@ -4,11 +4,11 @@
 // FP8 / BF16 matrices repacked for linear_mma on first use, per-sequence
 // DeviceAttentionCaches for attend); the ops that do not yet (linear on FP4
 // / INT4 weights, gpt-oss's MoE, and the gpt-oss and DeepSeek-V3 ops) throw
-// "backend cuda has no op X yet", so nothing silently falls back to the
+// "the CUDA backend has no X yet", so nothing silently falls back to the
 // CPU. The indexer's projections are linears and a RoPE
-// (deepseek_v4_attention.cpp), so they run here. Not yet selectable with
-// --device cuda: DeepseekV4Model builds a CpuBackend itself (docs/cuda.md,
-// "The CUDA backend").
+// (deepseek_v4_attention.cpp), so they run here. `--device cuda` makes
+// DeepseekV4Model run on it (model/device_backend.h; docs/cuda.md, "The
+// CUDA backend").
 //
 // Every Tensor this backend hands out is device memory. A step's host inputs
 // (ids, positions, row lists) are uploaded into the arena on the stream by
@@ -32,14 +32,14 @@ struct DeviceCompressor;
 
 class CudaBackend : public Backend {
  public:
-  // Creates its stream on the current CUDA device; throws nibble::Error
-  // (CUDA's reason, or "built without CUDA") when there is none.
-  explicit CudaBackend(ForwardProfile* profile = nullptr);
+  // Creates its stream on CUDA device `device` (cuda:N); throws
+  // nibble::Error (CUDA's reason, or "built without CUDA") when there is none.
+  explicit CudaBackend(ForwardProfile* profile = nullptr, int device = 0);
   ~CudaBackend() override;
   const char* name() const override { return "cuda"; }
   ForwardProfile* profile() const override { return profile_; }
 
-  void begin_step() override { arena_->begin_step(); }
+  void begin_step() override;
   Tensor alloc(int64_t rows, int64_t cols) override;
   size_t mark() const override { return arena_->mark(); }
   void release_to(size_t mark) override { arena_->release_to(mark); }
@@ -119,6 +119,7 @@ class CudaBackend : public Backend {
   W4A16ExpertsDevice upload_stack(const MoeWeights& w, const WeightView ExpertWeights::*proj, const char* what);
 
   ForwardProfile* profile_;
+  int device_ = 0;
   void* stream_ = nullptr;
   int sms_ = 1;
   // By stored bytes and shape: a row slice starting at row 0 shares its

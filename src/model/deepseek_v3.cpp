@@ -7,6 +7,7 @@
 
 #include "kernels/moe_routing.h"
 #include "model/cpu_backend.h"
+#include "model/device_backend.h"
 #include "model/forward_profile.h"
 #include "model/step_parts.h"
 #include "util/error.h"
@@ -38,8 +39,7 @@ DeepseekV3Model::DeepseekV3Model(std::unique_ptr<Checkpoint> ck, const Detection
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
       backend_(std::make_unique<CpuBackend>(&pool_, profile_.get(), mla_isa_for(options, plan_.device))) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
-  if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
-    fail("device ", plan_.device.name, ": nibble can only run DeepSeek-V3 on this machine's CPU (device host)");
+  require_host_device(plan_.device, "DeepSeek-V3");
   cfg_ = parse_deepseek_v3_config(ck_->config(), ck_->file_path("config.json"));
   w_ = bind_deepseek_v3_weights(*ck_, det, plan_, cfg_, options);
   rope_ = RopeTable(cfg_.rope, cfg_.qk_rope);

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "model/cpu_backend.h"
+#include "model/device_backend.h"
 #include "model/forward_profile.h"
 #include "model/step_parts.h"
 #include "util/error.h"
@@ -16,12 +16,11 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
     : ck_(std::move(ck)),
       plan_(std::move(plan)),
       max_chunk_(options.max_chunk_tokens),
-      pool_(options.threads),
+      // On a GPU the host only launches (no op runs on the pool).
+      pool_(plan_.device.kind == DeviceKind::cuda ? 1 : options.threads),
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
-      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get())) {
+      backend_(make_backend(plan_.device, &pool_, profile_.get())) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
-  if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
-    fail("device ", plan_.device.name, ": nibble can only run DeepSeek-V4 on this machine's CPU (device host)");
   cfg_ = parse_deepseek_v4_config(ck_->config(), ck_->file_path("config.json"));
   w_ = bind_deepseek_v4_weights(*ck_, det, plan_, cfg_, options);
   rope_main_ = RopeTable(cfg_.rope_main, cfg_.rope_dim);

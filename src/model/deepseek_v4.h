@@ -1,4 +1,5 @@
-// DeepSeek-V4 (`DeepseekV4ForCausalLM`) on CPU: the model and its per-sequence
+// DeepSeek-V4 (`DeepseekV4ForCausalLM`) on the CPU or a GPU (the backend
+// model/device_backend.h picks for the planned device): the model and its per-sequence
 // state. forward() runs dsv4.md §2 for a chunk of tokens at the state's
 // position, following Hugging Face's fp32 numerics:
 //   X = embed(ids) repeated over N streams                     [n, N, D]
@@ -101,7 +102,7 @@ class DeepseekV4Model : public Model {
   mutable std::mutex mu_;           // a step uses pool_ and backend_ and is not reentrant
   mutable ThreadPool pool_;
   std::unique_ptr<ForwardProfile> profile_;  // LoadOptions::profile; printed when the model is destroyed
-  std::unique_ptr<Backend> backend_;  // runs every op of the forward (CpuBackend on pool_)
+  std::unique_ptr<Backend> backend_;  // runs every op of the forward (model/device_backend.h)
 };
 
 // The registry's loader for DeepseekV4ForCausalLM.

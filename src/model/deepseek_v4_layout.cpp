@@ -134,6 +134,7 @@ ModelLayout deepseek_v4_layout(const Checkpoint& ck, const Detection& det) {
   layout.routed_experts = config_int(cfg, {"n_routed_experts", "num_local_experts"}, 0);
   layout.experts_per_token = config_int(cfg, {"num_experts_per_tok"}, 0);
   layout.index_words = {{"layers.", "N"}, {"experts.", "E"}};
+  layout.runs_on_cuda = true;  // model/cuda_backend.h has every op of its forward
   layout.tensors.reserve(det.tensors.size());
   bool routed = false;
   for (const auto& t : det.tensors) {

@@ -7,6 +7,7 @@
 
 #include "kernels/moe_routing.h"
 #include "model/cpu_backend.h"
+#include "model/device_backend.h"
 #include "model/forward_profile.h"
 #include "model/step_parts.h"
 #include "util/error.h"
@@ -23,8 +24,7 @@ GptOssModel::GptOssModel(std::unique_ptr<Checkpoint> ck, const Detection& det, P
       backend_(std::make_unique<CpuBackend>(&pool_, profile_.get())) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   if (rollback_ < 0) fail("rollback_tokens must be >= 0, got ", rollback_);
-  if (plan_.device.hypothetical || plan_.device.kind != DeviceKind::cpu)
-    fail("device ", plan_.device.name, ": nibble can only run gpt-oss on this machine's CPU (device host)");
+  require_host_device(plan_.device, "gpt-oss");
   cfg_ = parse_gpt_oss_config(ck_->config(), ck_->file_path("config.json"));
   w_ = bind_gpt_oss_weights(*ck_, det, plan_, cfg_, options);
   rope_ = RopeTable(cfg_.rope, cfg_.head_dim);

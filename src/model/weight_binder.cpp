@@ -108,15 +108,27 @@ BoundLinear WeightBinder::f32_linear(const std::string& name, int64_t rows, int6
   return BoundLinear{weight_view(m), linear_kernel(m)};
 }
 
+namespace {
+
+// A CUDA plan's kernels have no host function: the CUDA backend runs each
+// format on its own kernel, so binding only checks that the plan found one
+// (a matrix no GPU kernel takes is refused at load, not mid-forward).
+bool runnable(const KernelDesc* k, bool host_fn, const Device& device) {
+  return k && (host_fn || device.kind == DeviceKind::cuda);
+}
+
+}  // namespace
+
 LinearFn WeightBinder::linear_kernel(const DetectedTensor& t) const {
   const std::string group = group_of_(t.name, t.format).name;
   for (const auto& g : plan_.groups) {
     if (g.group != group || g.format != t.format || !g.has_op) continue;
     if (g.op != Op::linear) break;
-    if (!g.selection.chosen || !g.selection.chosen->linear)
+    const KernelDesc* k = g.selection.chosen;
+    if (!runnable(k, k && k->linear, plan_.device))
       fail(ck_.path(), ": no linear kernel can run tensor ", t.name, " (", format_name(t.format), ") on ",
            plan_.device.name);
-    return g.selection.chosen->linear;
+    return k->linear;
   }
   OpShape shape;
   shape.op = Op::linear;
@@ -128,7 +140,7 @@ LinearFn WeightBinder::linear_kernel(const DetectedTensor& t) const {
   shape.flops = 2.0 * double(t.rows) * double(t.cols);
   Selection sel =
       select_kernel(kernel_registry(), shape, plan_.device, options_.plan.linear_backend, "--linear-backend");
-  if (!sel.chosen || !sel.chosen->linear)
+  if (!runnable(sel.chosen, sel.chosen && sel.chosen->linear, plan_.device))
     fail(ck_.path(), ": no linear kernel can run tensor ", t.name, " (", format_name(t.format), ") on ",
          plan_.device.name);
   return sel.chosen->linear;
@@ -138,10 +150,11 @@ MoeFn WeightBinder::moe_kernel(const DetectedTensor& expert) const {
   const std::string group = group_of_(expert.name, expert.format).name;
   for (const auto& g : plan_.groups) {
     if (g.group != group || g.format != expert.format || !g.has_op || g.op != Op::moe) continue;
-    if (!g.selection.chosen || !g.selection.chosen->moe) break;
-    const auto& fmts = g.selection.chosen->formats;
+    const KernelDesc* k = g.selection.chosen;
+    if (!runnable(k, k && k->moe, plan_.device)) break;
+    const auto& fmts = k->formats;
     if (std::find(fmts.begin(), fmts.end(), expert.format) == fmts.end()) break;
-    return g.selection.chosen->moe;
+    return k->moe;
   }
   fail(ck_.path(), ": no MoE kernel can run ", group, " (", format_name(expert.format), ", tensor ", expert.name,
        ") on ", plan_.device.name);

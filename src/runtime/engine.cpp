@@ -13,6 +13,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
+#include "device/cuda_device.h"
 #include "device/device.h"
 #include "model/registry.h"
 #include "runtime/generate.h"
@@ -115,6 +116,7 @@ Engine::~Engine() = default;
 
 std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineOptions& options) {
   LoadOptions lo;
+  lo.device = options.device;
   lo.threads = options.threads;
   lo.plan.moe_backend = options.moe_backend;
   lo.plan.linear_backend = options.linear_backend;
@@ -153,7 +155,18 @@ int64_t Engine::bos_token_id() const { return impl_->model->bos_token_id(); }
 const std::vector<int64_t>& Engine::eos_token_ids() const { return impl_->model->eos_token_ids(); }
 int64_t Engine::step_token_budget() const { return impl_->model->step_token_budget(); }
 int64_t Engine::rollback_tokens() const { return impl_->rollback_tokens; }
-int Engine::threads() const { return impl_->model->plan().device.cores; }
+int Engine::threads() const {
+  const Device& d = impl_->model->plan().device;
+  // A GPU plan's cores are its SMs; the host side of its steps is one thread.
+  return d.kind == DeviceKind::cpu ? d.cores : 1;
+}
+const std::string& Engine::device() const { return impl_->model->plan().device.name; }
+const std::string& Engine::device_description() const { return impl_->model->plan().device.description; }
+double Engine::measure_bandwidth_gbps() const {
+  const Device& d = impl_->model->plan().device;
+  if (d.kind == DeviceKind::cuda) return cuda_read_bandwidth_gbps(cuda_device_index(d.name), uint64_t(4) << 30);
+  return measure_read_bandwidth_gbps(d.cores);
+}
 std::string Engine::draft_unavailable() const {
   return impl_->model->has_draft() ? std::string() : impl_->model->draft_unavailable();
 }
@@ -170,8 +183,6 @@ std::string Engine::kernels(const std::string& op_group) const {
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
   return out.empty() ? "(none)" : out;
 }
-
-double measure_memory_bandwidth_gbps(int threads) { return measure_read_bandwidth_gbps(threads); }
 
 std::vector<std::string> runnable_architectures() {
   std::vector<std::string> out;

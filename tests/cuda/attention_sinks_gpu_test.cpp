@@ -20,6 +20,7 @@
 #include "kernels/cuda/attention_sinks.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
@@ -31,7 +32,7 @@ std::vector<float> randn(size_t n, uint64_t seed) {
 }
 
 TEST(AttentionSinksGpu, MatchesTheFormulaInDouble) {
-  if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error;
+  REQUIRE_CUDA_DEVICE();
   for (int64_t d : {64, 512}) {
     const int64_t n = 4, H = 3, ring_rows = 10, entry_rows = 7, max_keys = 20;
     const float scale = 1.0f / std::sqrt(float(d));

@@ -24,14 +24,10 @@
 #include "model/deepseek_v4_rope.h"
 #include "runtime/sampler.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE()                                                                        \
-  do {                                                                                               \
-    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
-  } while (0)
 
 std::vector<float> randn(size_t n, uint64_t seed, float sd = 1.0f) {
   std::vector<float> v(n);
@@ -490,13 +486,17 @@ TEST(CudaBackendGpu, OpsWithoutAKernelSaySo) {
   REQUIRE_CUDA_DEVICE();
   CudaBackend gpu;
   gpu.begin_step();
-  Tensor t = gpu.alloc(1, 8);
-  BlockWeights bw;
+  // A dense MXFP4 matrix: DeepSeek-V4-Flash has none, so no kernel yet.
+  std::vector<float> codes(64, 0.0f);
+  WeightView v = f32_view(codes, 8, 64, "an mxfp4 matrix");
+  v.format = Format::mxfp4;
+  Tensor x = gpu.alloc(1, 64), y = gpu.alloc(1, 8);
   try {
-    gpu.moe(bw, t, {}, t);
-    FAIL() << "moe ran";
+    gpu.linear(BoundLinear{v, linear_ref}, x, y);
+    FAIL() << "an MXFP4 linear ran";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("backend cuda has no op moe"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the CUDA backend has no linear on mxfp4 weights yet"), std::string::npos)
+        << e.what();
   }
 }
 

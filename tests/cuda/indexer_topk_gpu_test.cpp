@@ -19,6 +19,7 @@
 #include "kernels/cuda/indexer_topk.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
@@ -30,7 +31,7 @@ std::vector<float> randn(size_t n, uint64_t seed) {
 }
 
 TEST(IndexerTopkGpu, ScoresAndSelectionFollowTheCpuRule) {
-  if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error;
+  REQUIRE_CUDA_DEVICE();
   for (int64_t topk : {1, 4, 64}) {
     const int64_t n = 5, H = 8, d = 128, E = 300;
     const std::vector<float> q = randn(size_t(n * H * d), 1), hw = randn(size_t(n * H), 2);

@@ -26,14 +26,10 @@
 #include "kernels/linear.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE()                                                                        \
-  do {                                                                                               \
-    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
-  } while (0)
 
 void run_case(Format f, Fp8ScaleType st, int64_t rows, int64_t cols, int64_t n, int k_splits, uint64_t seed) {
   SCOPED_TRACE(std::string(format_name(f)) + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "] n " +

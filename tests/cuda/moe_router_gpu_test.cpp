@@ -21,14 +21,10 @@
 #include "kernels/moe_routing.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE()                                                                        \
-  do {                                                                                               \
-    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
-  } while (0)
 
 struct Layer {
   MoeWeights w;

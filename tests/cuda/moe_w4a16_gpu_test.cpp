@@ -30,14 +30,10 @@
 #include "kernels/cuda/w4a16_repack.h"
 #include "kernels/linear.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE()                                                                   \
-  do {                                                                                          \
-    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
-  } while (0)
 
 struct Case {
   Format format;

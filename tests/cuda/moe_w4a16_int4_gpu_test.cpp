@@ -22,14 +22,10 @@
 #include "kernels/cuda/w4a16_repack.h"
 #include "kernels/linear.h"
 #include "kernels/random_weights.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE()                                                                        \
-  do {                                                                                               \
-    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
-  } while (0)
 
 // x [n, cols] f32 -> BF16 rows of ldx (zero past cols), and their values.
 void to_bf16(const std::vector<float>& x, int64_t n, int64_t cols, int64_t ldx, std::vector<uint16_t>* b16,

@@ -18,12 +18,13 @@
 #include "kernels/random_weights.h"
 #include "model/deepseek_v4_rope.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
 
 TEST(RopeGpu, MatchesRopeTable) {
-  if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error;
+  REQUIRE_CUDA_DEVICE();
   RopeConfig main_cfg;
   RopeConfig compress;
   compress.theta = 160000;

@@ -23,14 +23,10 @@
 #include "kernels/random_weights.h"
 #include "model/ops.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE()                                                                        \
-  do {                                                                                               \
-    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
-  } while (0)
 
 std::vector<float> randn(size_t n, uint64_t seed, float sd = 1.0f) {
   std::vector<float> v(n);

@@ -17,6 +17,7 @@
 #include "kernels/cuda/sampling.h"
 #include "runtime/sampler.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
@@ -47,7 +48,7 @@ int32_t cpu_pick(const Setting& s, const float* logits, int64_t vocab, double u)
 }
 
 TEST(SamplingGpu, PicksTheCpuSamplersToken) {
-  if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error;
+  REQUIRE_CUDA_DEVICE();
   const std::vector<Setting> settings{{0, 0, 1, 0},      {1, 0, 1, 0},     {0.7f, 0, 1, 0},  {1, 1, 1, 0},
                                       {1, 5, 1, 0},      {1, 0, 0.9f, 0},  {1, 0, 0.5f, 0},  {1, 0, 1, 0.1f},
                                       {0.8f, 40, 0.95f, 0.05f}, {2.0f, 3, 0.3f, 0.5f}};

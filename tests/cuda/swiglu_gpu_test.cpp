@@ -13,12 +13,13 @@
 #include "kernels/cuda/swiglu.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
 
 TEST(SwigluGpu, MatchesMoeRefsFormula) {
-  if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error;
+  REQUIRE_CUDA_DEVICE();
   for (float limit : {0.0f, 1.5f, 7.0f})
     for (int64_t inter : {1, 7, 2048}) {
       const int64_t n = 5, ld = (inter + 63) / 64 * 64;

@@ -16,14 +16,10 @@
 #include "kernels/cuda/weight_store_cuda.h"
 #include "kernels/random_weights.h"
 #include "util/error.h"
+#include "support/cuda_test.h"
 
 namespace nibble {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE()                                                                        \
-  do {                                                                                               \
-    if (cuda_probe().devices.empty()) GTEST_SKIP() << "needs a CUDA device: " << cuda_probe().error; \
-  } while (0)
 
 class HostTarget final : public StoreTarget {
  public:

@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "model/registry.h"
+#include "support/source_dir.h"
 
 namespace nibble::test {
 
 inline std::string fixture_dir(const std::string& name) {
-  return std::string(NIBBLE_SOURCE_DIR) + "/tests/fixtures/dsv4/" + name;
+  return source_dir() + "/tests/fixtures/dsv4/" + name;
 }
 
 inline const std::vector<std::string>& dsv4_fixtures() {

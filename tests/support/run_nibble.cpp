@@ -22,6 +22,13 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// $NIBBLE_BINARY when set (a test binary run from a bundle on another
+// machine: scripts/gpu-check.sh), else the one built beside the tests.
+std::string nibble_binary() {
+  const char* env = std::getenv("NIBBLE_BINARY");
+  return env && *env ? std::string(env) : std::string(NIBBLE_BINARY);
+}
+
 }  // namespace
 
 RunResult run_nibble(const std::vector<std::string>& args) { return run_nibble(args, "", ""); }
@@ -30,7 +37,7 @@ RunResult run_nibble(const std::vector<std::string>& args, const std::string& in
                      const std::string& stdout_path) {
   TempDir io;
   write_file(io.str("in"), input);
-  std::string cmd = shell_quote(NIBBLE_BINARY);
+  std::string cmd = shell_quote(nibble_binary());
   for (const auto& a : args) cmd += " " + shell_quote(a);
   const std::string out = stdout_path.empty() ? io.str("out") : stdout_path;
   cmd += " >" + shell_quote(out) + " 2>" + shell_quote(io.str("err")) + " <" + shell_quote(io.str("in"));
@@ -44,7 +51,7 @@ RunResult run_nibble(const std::vector<std::string>& args, const std::string& in
 
 RunResult run_nibble_in_shell(const std::string& prefix, const std::vector<std::string>& args) {
   TempDir io;
-  std::string cmd = prefix + " " + shell_quote(NIBBLE_BINARY);
+  std::string cmd = prefix + " " + shell_quote(nibble_binary());
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " >" + shell_quote(io.str("out")) + " 2>" + shell_quote(io.str("err")) + " </dev/null";
   int status = std::system(cmd.c_str());
@@ -62,7 +69,7 @@ InterruptRun run_nibble_interrupted(const std::vector<std::string>& args, const 
   int in_pipe[2], out_pipe[2];
   if (pipe(in_pipe) != 0 || pipe(out_pipe) != 0) throw std::runtime_error("pipe failed");
   const std::string err_path = io.str("err");
-  std::vector<std::string> argv_s = {NIBBLE_BINARY};
+  std::vector<std::string> argv_s = {nibble_binary()};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());

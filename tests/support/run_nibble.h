@@ -1,5 +1,5 @@
-// Running the nibble binary (NIBBLE_BINARY) the way a user does, for the
-// tests that check the command line end to end.
+// Running the nibble binary (NIBBLE_BINARY, or $NIBBLE_BINARY when set) the
+// way a user does, for the tests that check the command line end to end.
 #pragma once
 
 #include <string>
