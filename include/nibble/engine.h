@@ -43,12 +43,22 @@ struct EngineOptions {
 // A sequence's handle. Ids are never reused within one Engine.
 using SeqId = int64_t;
 
+struct SamplingParams;  // below
+
 // One sequence's share of a step.
 struct StepInput {
   SeqId seq = -1;
   std::span<const int32_t> tokens;       // fed at the sequence's position
   bool all_logits = false;               // logits of every token, else of the last only
   bool want_logits = true;               // false: advance the sequence, no logits
+  // Non-null: the step also draws the sequence's next token from its last
+  // row into *token, with the sequence's sampler (made from *sample the
+  // first time, as sample()): the same token sample() would draw. Without
+  // penalties it is drawn where the logits are computed (on a GPU only the
+  // id crosses) and no logits come back; with them, here, and the logits
+  // come back too. Needs want_logits and not all_logits.
+  const SamplingParams* sample = nullptr;
+  int32_t* token = nullptr;
 };
 
 // What one step read (Engine::step with a report; benchmarks).

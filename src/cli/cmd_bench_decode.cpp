@@ -155,13 +155,21 @@ int bench_decode(const std::vector<std::string>& argv) {
     engine->step(batch);
     r.prefill_tps = double(S * prompt) / std::chrono::duration<double>(Clock::now() - t0).count();
 
-    // Decode: one warm-up step, `steps` timed ones, two counted ones.
-    std::vector<int32_t> next;
+    // Decode: one warm-up step, `steps` timed ones, two counted ones. Each
+    // step also draws every sequence's next token greedily, as the server
+    // does (on a GPU only the ids come back); the random tokens are fed.
+    std::vector<int32_t> next, drawn(static_cast<size_t>(S));
+    SamplingParams greedy;
+    greedy.temperature = 0;
     auto decode_step = [&](StepReport* report) {
       next = random_tokens(S);
       batch.clear();
-      for (int64_t i = 0; i < S; ++i)
-        batch.push_back(StepInput{ids[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1)});
+      for (int64_t i = 0; i < S; ++i) {
+        StepInput in{ids[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1)};
+        in.sample = &greedy;
+        in.token = &drawn[size_t(i)];
+        batch.push_back(in);
+      }
       auto s0 = Clock::now();
       engine->step(batch, report);
       return std::chrono::duration<double>(Clock::now() - s0).count();

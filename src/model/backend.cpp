@@ -18,4 +18,13 @@ void Backend::to_host_rows(Tensor x, std::span<float* const> out) {
     std::copy(staged.begin() + r * x.cols, staged.begin() + (r + 1) * x.cols, out[size_t(r)]);
 }
 
+void Backend::draw_tokens(Tensor logits, std::span<const DrawParams> params, std::span<int32_t> ids) {
+  if (int64_t(params.size()) != logits.rows || int64_t(ids.size()) != logits.rows)
+    fail("draw_tokens: ", params.size(), " settings and ", ids.size(), " ids for ", logits.rows, " rows of logits");
+  std::vector<float> host(size_t(logits.rows * logits.cols));
+  to_host(logits, host.data());
+  for (int64_t r = 0; r < logits.rows; ++r)
+    ids[size_t(r)] = draw_token(host.data() + r * logits.cols, logits.cols, params[size_t(r)]);
+}
+
 }  // namespace nibble

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/token_draw.h"
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_block.h"
 #include "model/deepseek_v3_attention.h"
@@ -83,6 +84,10 @@ class Backend {
   // then the rows scattered there, so a device backend synchronises once per
   // step, not once per sequence; the CPU backend copies each row directly.
   virtual void to_host_rows(Tensor x, std::span<float* const> out);
+  // The token of each row of logits [rows, V] by kernels/token_draw.h's rule
+  // with params[r] (u included), into ids[r]: only ids leave a device
+  // backend. The default downloads the rows and draws on the host.
+  virtual void draw_tokens(Tensor logits, std::span<const DrawParams> params, std::span<int32_t> ids);
   // streams [T, k * x.cols] += x [T, x.cols] broadcast over the k copies.
   virtual void add_to_streams(Tensor x, Tensor streams) = 0;
   // The MoE sublayer: router, routed experts, shared expert; ids [T] for hash routing.

@@ -104,18 +104,23 @@ void CudaBackend::download(Tensor t, float* host) {
   check_errors();
 }
 
-void CudaBackend::sample(Tensor logits, std::span<const GpuSampleParams> params, std::span<int32_t> ids) {
+void CudaBackend::draw_tokens(Tensor logits, std::span<const DrawParams> params, std::span<int32_t> ids) {
   if (int64_t(params.size()) != logits.rows || int64_t(ids.size()) != logits.rows)
-    fail("sample: ", params.size(), " settings and ", ids.size(), " ids for ", logits.rows, " rows of logits");
+    fail("draw_tokens: ", params.size(), " settings and ", ids.size(), " ids for ", logits.rows, " rows of logits");
   if (logits.rows == 0) return;
+  // One limit for every row (the Engine gives all its sequences one).
+  const int64_t limit = params[0].vocab;
+  for (const DrawParams& p : params)
+    if (p.vocab != limit) fail("draw_tokens: rows draw from different vocabularies (", limit, " and ", p.vocab, ")");
+  const int64_t vocab = limit > 0 ? std::min(limit, logits.cols) : logits.cols;
   const size_t m = mark();
   const size_t ws = cuda_sample_workspace_bytes(logits.rows, logits.cols);
   float* w = arena_->alloc(int64_t((ws + 3) / 4));
   float* p = arena_->alloc(int64_t((params.size_bytes() + 3) / 4));
   cuda_upload_async(p, params.data(), params.size_bytes(), stream_);
   auto* d_ids = reinterpret_cast<int32_t*>(arena_->alloc(logits.rows));
-  cuda_sample(logits.data, logits.rows, logits.cols, logits.cols, reinterpret_cast<const GpuSampleParams*>(p), w, ws,
-              d_ids, stream_);
+  cuda_sample(logits.data, logits.rows, vocab, logits.cols, reinterpret_cast<const DrawParams*>(p), w, ws, d_ids,
+              stream_);
   cuda_download(ids.data(), d_ids, ids.size_bytes(), stream_);
   release_to(m);
   check_errors();

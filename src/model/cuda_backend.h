@@ -66,10 +66,9 @@ class CudaBackend : public Backend {
 
   void add_bias(Tensor y, const float* bias) override;
 
-  // The next token of each row of logits [rows, V] on the GPU
-  // (kernels/cuda/sampling.h; params [rows] with each row's uniform draw):
-  // only the ids come back. Waits for the step.
-  void sample(Tensor logits, std::span<const GpuSampleParams> params, std::span<int32_t> ids);
+  // On the GPU (kernels/cuda/sampling.h): only the ids come back. Waits for
+  // the step. Every row must draw from one vocabulary limit.
+  void draw_tokens(Tensor logits, std::span<const DrawParams> params, std::span<int32_t> ids) override;
 
   // Host <-> device for callers and tests: t's rows * cols values.
   void upload(const float* host, Tensor t);

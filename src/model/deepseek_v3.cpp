@@ -202,7 +202,8 @@ void DeepseekV3Model::layer_forward(const Dsv3LayerWeights& w, const LayerScratc
 }
 
 void DeepseekV3Model::head_rows(const std::vector<float>& norm, const BoundLinear& head, Tensor x,
-                                std::span<const int64_t> rows, std::span<float* const> out) const {
+                                std::span<const int64_t> rows, std::span<float* const> out,
+                                std::span<const DrawParams> draws, std::span<int32_t* const> drawn) const {
   if (rows.empty()) return;
   Backend& be = *backend_;
   const int64_t n = int64_t(rows.size()), V = cfg_.vocab_size;
@@ -216,7 +217,7 @@ void DeepseekV3Model::head_rows(const std::vector<float>& norm, const BoundLinea
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(head, picked, logits);
   }
-  be.to_host_rows(logits, out);
+  deliver_logits(be, logits, out, draws, drawn);
 }
 
 void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stats) const {
@@ -263,7 +264,7 @@ void DeepseekV3Model::forward_parts(std::span<const Part> parts, StepStats* stat
     }
   }
   advance_states(parts, lay.ids);
-  head_rows(w_.norm, w_.head, x, lay.logit_rows, lay.logit_out);
+  head_rows(w_.norm, w_.head, x, lay.logit_rows, lay.logit_out, lay.draws, lay.drawn);
 }
 
 std::unique_ptr<Model> load_deepseek_v3(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

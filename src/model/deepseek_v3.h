@@ -113,9 +113,11 @@ class DeepseekV3Model : public Model {
                      std::span<const MlaSeq> seqs, Tensor x, StepStats* stats) const;
   // rms_norm(x[rows[r]], norm) through `head` into out[r] [V]: the main
   // model's logits (model.norm, lm_head) and the MTP layer's
-  // (shared_head.norm, shared_head.head).
+  // (shared_head.norm, shared_head.head); a row with a null out[r] is drawn
+  // instead (deliver_logits; the main model's SeqStep::draw).
   void head_rows(const std::vector<float>& norm, const BoundLinear& head, Tensor x, std::span<const int64_t> rows,
-                 std::span<float* const> out) const;
+                 std::span<float* const> out, std::span<const DrawParams> draws = {},
+                 std::span<int32_t* const> drawn = {}) const;
   // y = mlp(h): gate, up, silu * up, down; g / u are [n, width] scratch.
   void run_mlp(const Dsv3Mlp& m, Tensor h, Tensor y) const;
   // The routed experts' distinct picks for `x` (benchmarks only: routes again).

@@ -131,11 +131,12 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
   // straight into the caller's buffer.
   copy_hidden_rows(be, parts, streams, N * D);
   advance_states(parts, ids);
-  head_rows(be, w_.hc_head, w_.norm, streams, logit_rows, logit_out);
+  head_rows(be, w_.hc_head, w_.norm, streams, logit_rows, logit_out, lay.draws, lay.drawn);
 }
 
 void DeepseekV4Model::head_rows(Backend& be, const HcHeadWeights& hc_head, const std::vector<float>& norm,
-                                Tensor streams, std::span<const int64_t> rows, std::span<float* const> out) const {
+                                Tensor streams, std::span<const int64_t> rows, std::span<float* const> out,
+                                std::span<const DrawParams> draws, std::span<int32_t* const> drawn) const {
   if (rows.empty()) return;
   // Only the rows whose logits are wanted go through the head: [n, V].
   const int64_t n = int64_t(rows.size()), N = cfg_.hc_mult, D = cfg_.hidden, V = cfg_.vocab_size;
@@ -153,7 +154,7 @@ void DeepseekV4Model::head_rows(Backend& be, const HcHeadWeights& hc_head, const
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, y, logits);
   }
-  be.to_host_rows(logits, out);
+  deliver_logits(be, logits, out, draws, drawn);
 }
 
 std::unique_ptr<Model> load_deepseek_v4(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

@@ -84,9 +84,11 @@ class DeepseekV4Model : public Model {
   void forward_parts(std::span<const Part> parts, StepStats* stats) const;
   // The head of the main model and of the MTP layer: rows `rows` of the
   // step's streams through hc_head, the final norm and the shared head,
-  // each into its caller's logits buffer out[r] [V].
+  // each into its caller's logits buffer out[r] [V], or drawn where a
+  // buffer is null (deliver_logits; the main model's SeqStep::draw).
   void head_rows(Backend& be, const HcHeadWeights& hc_head, const std::vector<float>& norm, Tensor streams,
-                 std::span<const int64_t> rows, std::span<float* const> out) const;
+                 std::span<const int64_t> rows, std::span<float* const> out, std::span<const DrawParams> draws = {},
+                 std::span<int32_t* const> drawn = {}) const;
 
   std::string arch_ = "DeepseekV4ForCausalLM";
   std::unique_ptr<Checkpoint> ck_;  // owns the memory maps every view points into

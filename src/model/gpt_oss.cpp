@@ -191,7 +191,7 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
     PhaseTimer _(be.profile(), Phase::head);
     be.linear(w_.head, picked, logits);
   }
-  be.to_host_rows(logits, logit_out);
+  deliver_logits(be, logits, logit_out, lay.draws, lay.drawn);
 }
 
 std::unique_ptr<Model> load_gpt_oss(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/plan.h"
+#include "kernels/token_draw.h"
 
 namespace nibble {
 
@@ -99,6 +100,12 @@ struct SeqStep {
   // output (lm_head's input). Null: not wanted.
   float* hidden = nullptr;
   int64_t hidden_first = 0;
+  // Instead of logits (rows must be `last`, logits null): the next token
+  // drawn from the last row's logits where they are computed (a GPU keeps
+  // them; kernels/token_draw.h's rule), so that only the id crosses to the
+  // host. Null: logits into `logits`.
+  const DrawParams* draw = nullptr;
+  int32_t* drawn = nullptr;
 };
 
 // One sequence's share of a draft step (Model::draft_step): the model's

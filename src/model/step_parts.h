@@ -28,11 +28,15 @@ struct StepPart {
 // A sub-step's tokens laid out sequence after sequence, as both forwards
 // take them: ids and positions [T], the rows whose logits are wanted and
 // where each row's logits go (the caller's buffer, [V] per row).
+// A row drawn on the backend (SeqStep::draw) has a null logit_out; its
+// settings and the place for its id are in draws / drawn, in row order.
 struct StepTokens {
   std::vector<int32_t> ids;
   std::vector<int64_t> positions;
   std::vector<int64_t> logit_rows;
   std::vector<float*> logit_out;
+  std::vector<DrawParams> draws;
+  std::vector<int32_t*> drawn;
   bool decode = true;  // every sequence feeds one token (the profile's decode steps)
 };
 
@@ -49,12 +53,25 @@ StepTokens lay_out_step(std::span<const StepPart<State>> parts, int64_t vocab_si
       const bool last = p.seq->rows == LogitRows::last && p.from + t == n_seq - 1;
       if (all || last) {
         out.logit_rows.push_back(first + t);
-        out.logit_out.push_back(p.seq->logits + (all ? (p.from + t) * vocab_size : 0));
+        if (p.seq->draw) {
+          out.logit_out.push_back(nullptr);
+          out.draws.push_back(*p.seq->draw);
+          out.drawn.push_back(p.seq->drawn);
+        } else {
+          out.logit_out.push_back(p.seq->logits + (all ? (p.from + t) * vocab_size : 0));
+        }
       }
     }
   }
   return out;
 }
+
+// The wanted rows of a step's logits [rows, V] out of the backend: the rows
+// with a buffer (out[r]) copied there (one download), the others (null
+// out[r]) drawn where they are (Backend::draw_tokens), each id into its
+// drawn[] in row order.
+void deliver_logits(Backend& be, Tensor logits, std::span<float* const> out, std::span<const DrawParams> draws = {},
+                    std::span<int32_t* const> drawn = {});
 
 // Copies the sub-step's rows of `x` [T, width] that the batch entries asked
 // for (SeqStep::hidden from hidden_first on) straight into their buffers:

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -281,6 +282,24 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
   std::vector<SeqStep> steps(batch.size());
   std::vector<std::vector<float>> hidden(batch.size());  // drafting sequences: the rows their MTP layer reads
   const int64_t capture = impl_->model->has_draft() ? capture_rows_wanted(*impl_->model) : 0;
+  // Inputs that draw their token in the step (StepInput::sample): on the
+  // backend (draws[i] set) or here from the logits. The samplers as they
+  // were, so that a failed step leaves their streams untouched too.
+  std::vector<DrawParams> draws(batch.size());
+  std::vector<int32_t> drawn(batch.size(), -1);
+  std::vector<std::optional<Sampler>> before(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StepInput& in = batch[i];
+    if (!in.sample) continue;
+    if (!in.token || !in.want_logits || in.all_logits || in.tokens.empty())
+      fail("sequence ", in.seq, ": a token drawn in the step needs tokens fed, want_logits, not all_logits and a "
+           "place for the token");
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence& sq = *busy.held[i];
+    if (batch[i].sample && !sq.sampler)
+      sq.sampler = std::make_unique<Sampler>(sampler_config(*batch[i].sample, impl_->sample_vocab()));
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     const StepInput& in = batch[i];
     SeqStep& s = steps[i];
@@ -288,7 +307,13 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
     s.tokens = in.tokens;
     s.id = in.seq;
     s.rows = !in.want_logits || in.tokens.empty() ? LogitRows::none : in.all_logits ? LogitRows::all : LogitRows::last;
-    if (s.rows != LogitRows::none) {
+    Sampler* sampler = in.sample ? busy.held[i]->sampler.get() : nullptr;
+    if (sampler) before[i] = *sampler;
+    if (sampler && sampler->draws_on_backend()) {
+      draws[i] = sampler->next_draw();
+      s.draw = &draws[i];
+      s.drawn = &drawn[i];
+    } else if (s.rows != LogitRows::none) {
       out[i].resize(size_t((s.rows == LogitRows::all ? int64_t(in.tokens.size()) : 1) * V));
       s.logits = out[i].data();
     }
@@ -313,14 +338,37 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
     }
     feed_pending_rows(*impl_->model, captured);
   };
-  if (!report) {
-    impl_->model->step(steps);
+  // After the step (the history then holds what was fed, as sample() sees
+  // it): each drawn token to its sampler and its caller.
+  auto take_draws = [&] {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!batch[i].sample) continue;
+      Sequence& sq = *busy.held[i];
+      if (steps[i].draw) {
+        sq.sampler->record(drawn[i]);
+        *batch[i].token = drawn[i];
+      } else {
+        *batch[i].token = sq.sampler->sample(out[i].data(), V, sq.history);
+      }
+    }
+  };
+  auto run = [&](StepStats* stats) {
+    try {
+      impl_->model->step(steps, stats);
+    } catch (...) {
+      for (size_t i = 0; i < batch.size(); ++i)
+        if (before[i]) *busy.held[i]->sampler = std::move(*before[i]);
+      throw;
+    }
     record();
+    take_draws();
+  };
+  if (!report) {
+    run(nullptr);
     return out;
   }
   StepStats stats;
-  impl_->model->step(steps, &stats);
-  record();
+  run(&stats);
   report->tokens = stats.tokens;
   report->forwards = stats.sub_steps;
   report->weight_bytes = stats.weight_bytes;

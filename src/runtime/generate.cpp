@@ -36,8 +36,16 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
   }
   GenerateResult r;
   r.prompt_tokens = int64_t(prompt.size());
+  // Without penalties or an observer nothing needs the logits here: the
+  // model draws each token where it computes them (on a GPU only the id
+  // crosses), with the sampler's own settings and stream, so the tokens
+  // are the same either way.
+  const bool drawn = sampler.draws_on_backend();
+  int32_t next_drawn = -1;
   auto t0 = Clock::now();
-  std::vector<float> logits = session.prefill(prompt);
+  std::vector<float> logits;
+  if (drawn) next_drawn = session.prefill_drawn(prompt, sampler.next_draw());
+  else logits = session.prefill(prompt);
   r.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   auto t1 = Clock::now();
@@ -47,9 +55,12 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt, const
         r.reason = StopReason::context_full;
         break;
       }
-      logits = session.decode(r.tokens.back());
+      if (drawn) next_drawn = session.decode_drawn(r.tokens.back(), sampler.next_draw());
+      else logits = session.decode(r.tokens.back());
     }
-    const int32_t next = sampler.sample(logits.data(), session.vocab_size());
+    int32_t next = next_drawn;
+    if (drawn) sampler.record(next);
+    else next = sampler.sample(logits.data(), session.vocab_size());
     r.tokens.push_back(next);
     if (std::find(stops.begin(), stops.end(), int64_t(next)) != stops.end()) {
       r.reason = StopReason::stop_token;

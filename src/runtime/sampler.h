@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/token_draw.h"
+
 namespace nibble {
 
 struct SamplerConfig {
@@ -59,6 +61,14 @@ class Sampler {
   // result); for callers that pick a token themselves, and tests.
   void record(int32_t id);
 
+  // Drawing where the logits are (a GPU backend; SeqStep::draw), so that
+  // only the id crosses to the host: possible when nothing needs the logits
+  // here (no penalties, no observer). next_draw() is what sample() would
+  // draw with, u included (the stream advances the same way: the tokens are
+  // sample()'s); record() the id that comes back.
+  bool draws_on_backend() const { return !has_penalties() && !config_.observe; }
+  DrawParams next_draw();
+
   // The distribution sample() draws from: (id, probability) of every token
   // that survives the filters, probabilities summing to 1. Exposed for tests.
   std::vector<std::pair<int32_t, double>> distribution(const float* logits, int64_t vocab) const;
@@ -70,6 +80,7 @@ class Sampler {
 
  private:
   double next_uniform();  // [0, 1), splitmix64: the same stream on every platform
+  DrawParams draw_settings(int64_t vocab) const;  // the config's filters, no u yet
   bool has_penalties() const;
   // `logits` with the penalties applied (only called when has_penalties()).
   std::vector<float> penalized(const float* logits, int64_t vocab, std::span<const int32_t> context) const;
@@ -79,7 +90,5 @@ class Sampler {
   uint64_t state_;
   std::unordered_map<int32_t, int64_t> generated_;  // id -> times sampled so far
 };
-
-int32_t argmax(const float* logits, int64_t vocab);
 
 }  // namespace nibble

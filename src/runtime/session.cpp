@@ -21,6 +21,24 @@ std::vector<float> Session::decode(int32_t token) {
   return logits;
 }
 
+int32_t Session::prefill_drawn(std::span<const int32_t> tokens, const DrawParams& draw) {
+  if (tokens.empty()) fail("prefill: the prompt has no tokens");
+  int32_t id = -1;
+  SeqStep s;
+  s.state = state_.get();
+  s.tokens = tokens;
+  s.rows = LogitRows::last;
+  s.draw = &draw;
+  s.drawn = &id;
+  model_.step(std::span<const SeqStep>(&s, 1));
+  return id;
+}
+
+int32_t Session::decode_drawn(int32_t token, const DrawParams& draw) {
+  const int32_t one[1] = {token};
+  return prefill_drawn(std::span<const int32_t>(one, 1), draw);
+}
+
 void Session::reset() { state_ = model_.new_state(); }
 
 }  // namespace nibble

@@ -29,6 +29,11 @@ class Session {
   // Feeds one token; returns its logits [vocab].
   std::vector<float> decode(int32_t token);
 
+  // The same, drawing the next token where the logits are computed (a GPU
+  // keeps them; SeqStep::draw) and returning only its id.
+  int32_t prefill_drawn(std::span<const int32_t> tokens, const DrawParams& draw);
+  int32_t decode_drawn(int32_t token, const DrawParams& draw);
+
   // Back to position 0 with empty caches.
   void reset();
 

@@ -449,6 +449,15 @@ void Scheduler::loop() {
       prompt_fed += int64_t(n);
     }
 
+    // Decode steps without log-probabilities draw their token in the step:
+    // on a GPU only the id crosses to the host (StepInput::sample).
+    std::vector<int32_t> drawn(batch.size(), -1);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Job& job = *owners[i];
+      if (job.fed_ < job.params.prompt.size() || batch[i].all_logits || job.params.top_logprobs >= 0) continue;
+      batch[i].sample = &job.params.sampling;
+      batch[i].token = &drawn[i];
+    }
     std::vector<std::vector<float>> logits;
     try {
       logits = engine_.step(batch);
@@ -497,6 +506,11 @@ void Scheduler::loop() {
               }
             }
           }
+        }
+        if (batch[i].token) {
+          ++sampled;
+          on_token(job, drawn[i], nullptr);  // no log-probabilities wanted
+          continue;
         }
         if (logits[i].empty()) continue;
         if (batch[i].all_logits) {

@@ -189,6 +189,8 @@ class Scheduler {
   bool admit(std::vector<std::shared_ptr<Job>>& running);  // false: shut down
   void start(Job& job);
   void finish(Job& job, const char* reason, const std::string& error = "");
+  // `logits`: the row the token was drawn from, for log-probabilities; null
+  // when the step drew it on the backend (the job wants none).
   void on_token(Job& job, int32_t token, const float* logits);
   void fork_followers(Job& leader);
   void remember_prompt(const Job& job);

@@ -470,12 +470,12 @@ TEST(CudaBackendGpu, SamplesOnTheDevice) {
   host[size_t(1 * V + 4321)] = 50;  // row 1's argmax
   Tensor logits = gpu.alloc(rows, V);
   gpu.upload(host.data(), logits);
-  std::vector<GpuSampleParams> params(static_cast<size_t>(rows));  // greedy, then two draws at temperature 1
+  std::vector<DrawParams> params(static_cast<size_t>(rows));  // greedy, then two draws at temperature 1
   params[0].temperature = 0;
   params[1].u = 0.999;
   params[2].u = 0.0;
   std::vector<int32_t> ids(static_cast<size_t>(rows));
-  gpu.sample(logits, params, ids);
+  gpu.draw_tokens(logits, params, ids);
   EXPECT_EQ(ids[0], argmax(host.data(), V));
   EXPECT_EQ(ids[1], 4321) << "a logit 50 above the rest holds all the mass";
   // u = 0 draws the most likely token.

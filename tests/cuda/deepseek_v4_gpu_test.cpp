@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/token_draw.h"
 #include "model/fixture_util.h"
 #include "nibble/engine.h"
 #include "support/cuda_test.h"
@@ -183,6 +184,42 @@ TEST(DeepseekV4Gpu, ForkAndTruncateMatchAFreshSequence) {
   const std::vector<float> tail = gpu->step(std::span<const StepInput>(&again, 1)).at(0);
   expect_rows_close(std::vector<float>(full.begin() + std::ptrdiff_t(cut * V), full.end()), tail, ex.vocab,
                     bound_fraction(dir), "forked, truncated and refed");
+}
+
+TEST(DeepseekV4Gpu, TokensDrawnOnTheGpuFollowItsLogits) {
+  REQUIRE_CUDA_DEVICE();
+  // One step, one prompt twice: one copy's logits come back, the other's
+  // token is drawn on the GPU (kernels/cuda/sampling.h) greedily and at a
+  // temperature with a fixed u. Two rows of one step differ only by the
+  // order of f32 atomics (a few ulps), so the drawn ids are the host rule's
+  // on the returned logits unless that rule sits on a boundary.
+  const std::string dir = test::fixture_dir("flash_tiny_stock");
+  LoadOptions lo;
+  lo.device = "cuda";
+  lo.bandwidth_gbps = 1;
+  auto m = load_model(dir, lo);
+  const int64_t V = m->vocab_size();
+  const std::vector<int32_t> prompt = test::load_expected("flash_tiny_stock").sequences.back().tokens;
+  for (float temperature : {0.0f, 0.8f}) {
+    DrawParams p;
+    p.temperature = temperature;
+    p.top_k = 50;
+    p.u = 0.37;
+    auto a = m->new_state(), b = m->new_state();
+    std::vector<float> logits(static_cast<size_t>(V));
+    int32_t id = -1;
+    SeqStep s[2];
+    s[0].state = a.get();
+    s[0].tokens = prompt;
+    s[0].logits = logits.data();
+    s[1].state = b.get();
+    s[1].tokens = prompt;
+    s[1].draw = &p;
+    s[1].drawn = &id;
+    m->step(s);
+    if (temperature == 0 && top2_gap(logits.data(), V) < 1e-4) continue;  // a near tie: either is right
+    EXPECT_EQ(id, draw_token(logits.data(), V, p)) << "temperature " << temperature;
+  }
 }
 
 TEST(DeepseekV4Gpu, ExpertsWithoutAGpuKernelAreRefusedAtLoad) {

@@ -60,11 +60,11 @@ TEST(SamplingGpu, PicksTheCpuSamplersToken) {
       std::vector<float> logits(size_t(rows * vocab));
       std::normal_distribution<float> nd(0.0f, 3.0f);
       for (float& x : logits) x = ties ? std::round(nd(rng) * 2) / 2 : nd(rng);  // ties: many equal logits
-      std::vector<GpuSampleParams> params(static_cast<size_t>(rows));
+      std::vector<DrawParams> params(static_cast<size_t>(rows));
       std::uniform_real_distribution<double> ud(0.0, 1.0);
       for (int64_t r = 0; r < rows; ++r) {
         const Setting& s = settings[size_t(r) % settings.size()];
-        params[size_t(r)] = GpuSampleParams{s.temperature, s.top_k, s.top_p, s.min_p, ud(rng)};
+        params[size_t(r)] = DrawParams{s.temperature, s.top_k, s.top_p, s.min_p, ud(rng)};
       }
       const std::vector<int32_t> got = cuda_sample_host(logits, rows, vocab, params);
       for (int64_t r = 0; r < rows; ++r) {
@@ -85,9 +85,9 @@ TEST(SamplingGpu, PicksTheCpuSamplersToken) {
 
 TEST(SamplingGpu, BadParametersAreClear) {
   // Checked before anything touches the device.
-  EXPECT_THROW(cuda_sample_host({1, 2}, 1, 2, {GpuSampleParams{1, 0, 1, 0, 1.0}}), Error);   // u = 1
-  EXPECT_THROW(cuda_sample_host({1, 2}, 1, 2, {GpuSampleParams{1, 0, 0, 0, 0.5}}), Error);   // top_p = 0
-  EXPECT_THROW(cuda_sample_host({1, 2, 3}, 1, 2, {GpuSampleParams{}}), Error);               // logits not [1, 2]
+  EXPECT_THROW(cuda_sample_host({1, 2}, 1, 2, {DrawParams{1, 0, 1, 0, 1.0}}), Error);   // u = 1
+  EXPECT_THROW(cuda_sample_host({1, 2}, 1, 2, {DrawParams{1, 0, 0, 0, 0.5}}), Error);   // top_p = 0
+  EXPECT_THROW(cuda_sample_host({1, 2, 3}, 1, 2, {DrawParams{}}), Error);               // logits not [1, 2]
 }
 
 }  // namespace

@@ -337,5 +337,72 @@ TEST(BatchStep, PastTheContextChangesNothing) {
   EXPECT_EQ(std::memcmp(la.data(), ref.data() + 10 * V, size_t(V) * sizeof(float)), 0);
 }
 
+// Rows drawn where the logits are (SeqStep::draw) beside rows whose logits
+// come back, in one step: each drawn id is kernels/token_draw.h's rule on
+// the logits the sequence gets alone (the oracle of this file), and the
+// logit rows are unchanged by the draws next to them. Misuse is refused.
+TEST(BatchStep, DrawnRowsBesideLogitRows) {
+  auto m = load_model(test::fixture_dir("flash_tiny_stock"), test::test_load_options("auto"));
+  const int64_t V = m->vocab_size();
+  const std::vector<std::vector<int32_t>> prompts = {{5, 9, 2, 7}, {1, 3}, {8, 8, 4, 6, 11}};
+  std::vector<std::vector<float>> alone;
+  for (const auto& p : prompts) alone.push_back(feed_alone(*m, p));
+  auto last_row = [&](size_t i) { return alone[i].data() + (prompts[i].size() - 1) * size_t(V); };
+  DrawParams greedy;
+  greedy.temperature = 0;
+  DrawParams warm;
+  warm.temperature = 0.7f;
+  warm.top_k = 40;
+  warm.u = 0.61;
+  std::vector<std::unique_ptr<ModelState>> st;
+  for (size_t i = 0; i < prompts.size(); ++i) st.push_back(m->new_state());
+  std::vector<float> logits1(static_cast<size_t>(V));
+  int32_t drawn0 = -1, drawn2 = -1;
+  SeqStep s[3];
+  for (size_t i = 0; i < 3; ++i) {
+    s[i].state = st[i].get();
+    s[i].tokens = prompts[i];
+    s[i].id = int64_t(i);
+  }
+  s[0].draw = &warm;
+  s[0].drawn = &drawn0;
+  s[1].logits = logits1.data();
+  s[2].draw = &greedy;
+  s[2].drawn = &drawn2;
+  m->step(s);
+  EXPECT_EQ(drawn0, draw_token(last_row(0), V, warm));
+  EXPECT_EQ(drawn2, argmax(last_row(2), V));
+  EXPECT_EQ(std::memcmp(logits1.data(), last_row(1), size_t(V) * sizeof(float)), 0);
+
+  // A draw wants the last row alone, no logits buffer and a place for its id.
+  auto refused = [&](SeqStep bad) {
+    bad.state = st[1].get();
+    bad.tokens = prompts[1];
+    bad.id = 9;
+    try {
+      m->step(std::span<const SeqStep>(&bad, 1));
+      ADD_FAILURE() << "a bad draw was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sequence 9: a drawn token needs rows = last"), std::string::npos)
+          << e.what();
+    }
+  };
+  const int64_t pos = st[1]->position();
+  SeqStep all;
+  all.rows = LogitRows::all;
+  all.draw = &warm;
+  all.drawn = &drawn0;
+  refused(all);
+  SeqStep no_id;
+  no_id.draw = &warm;
+  refused(no_id);
+  SeqStep both;
+  both.draw = &warm;
+  both.drawn = &drawn0;
+  both.logits = logits1.data();
+  refused(both);
+  EXPECT_EQ(st[1]->position(), pos);
+}
+
 }  // namespace
 }  // namespace nibble

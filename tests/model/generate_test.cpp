@@ -160,5 +160,46 @@ TEST(Generate, SamplingIsReproducibleBySeed) {
   EXPECT_NE(ra.tokens, rc.tokens);  // 12 draws at temperature 1.5 from a ~2-nat-wide distribution
 }
 
+// Without penalties or an observer generate() has the model draw each token
+// where it computes the logits (SeqStep::draw: on a GPU only ids cross);
+// with an observer it samples here from the logits. Same settings, same
+// seed: the same tokens, whatever the filters (the vocabulary limit too).
+TEST(Generate, TokensDrawnByTheModelAreTheSamplersOwn) {
+  for (const std::string& name : test::dsv4_fixtures()) {
+    auto model = load_model(test::fixture_dir(name), test::test_load_options());
+    const Greedy g = load_greedy(name);
+    struct Setting {
+      float temperature;
+      int64_t top_k;
+      float top_p, min_p;
+      int64_t vocab_limit;
+    };
+    for (const Setting& st : {Setting{0, 0, 1, 0, 0}, Setting{0.8f, 20, 1, 0, 0}, Setting{1.3f, 0, 0.9f, 0.05f, 0},
+                              Setting{1.0f, 0, 1, 0, model->vocab_size() / 2}})
+      for (uint64_t seed : {1u, 2u}) {
+        GenerateOptions opt;
+        opt.max_new_tokens = 10;
+        opt.use_model_eos = false;
+        opt.sampler.temperature = st.temperature;
+        opt.sampler.top_k = st.top_k;
+        opt.sampler.top_p = st.top_p;
+        opt.sampler.min_p = st.min_p;
+        opt.sampler.vocab_limit = st.vocab_limit;
+        opt.sampler.seed = seed;
+        Session drawn(*model), here(*model);
+        const GenerateResult a = generate(drawn, g.prompt, opt);
+        int64_t observed = 0;
+        opt.sampler.observe = [&](const float*, int64_t, int32_t) { ++observed; };
+        const GenerateResult b = generate(here, g.prompt, opt);
+        EXPECT_EQ(observed, 10);  // the second run did sample here
+        EXPECT_EQ(a.tokens, b.tokens) << name << " temperature " << st.temperature << " seed " << seed;
+        EXPECT_EQ(drawn.position(), here.position());
+        if (st.vocab_limit > 0) {
+          for (int32_t t : a.tokens) EXPECT_LT(t, st.vocab_limit);
+        }
+      }
+  }
+}
+
 }  // namespace
 }  // namespace nibble

@@ -247,6 +247,75 @@ TEST(Engine, PresencePenaltyCountsWhatTheSamplerDrewUntilReseed) {
   expect_error([&] { e->sample(e->create(), l.data(), bad); }, "--presence-penalty must be in [-2, 2], got 3");
 }
 
+// StepInput::sample: a decode loop that draws in the step gives the tokens
+// of a loop that steps for logits and calls sample() (same settings, same
+// seed): drawn where the logits are without penalties (no logits come
+// back), here from them with a penalty (they do). Misuse is refused before
+// anything runs, and a failed step leaves the sampler's stream as it was.
+TEST(Engine, TokensDrawnInTheStepAreSamplesOwn) {
+  auto e = shipped();
+  const std::vector<int32_t> prompt = e->tokenize("ROMEO.\nBut soft, what light");
+  for (float penalty : {1.0f, 1.3f}) {
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.seed = 11;
+    p.repetition_penalty = penalty;
+    const SeqId a = e->create(), b = e->create();
+    // Both prompts in one step, as the server feeds them.
+    StepInput pre[2] = {{a, prompt}, {b, prompt}};
+    auto pl = e->step(pre);
+    int32_t ta = e->sample(a, pl[0].data(), p), tb = e->sample(b, pl[1].data(), p);
+    ASSERT_EQ(ta, tb);
+    for (int i = 0; i < 12; ++i) {
+      StepInput ia{a, std::span<const int32_t>(&ta, 1)};
+      const auto la = e->step(std::span<const StepInput>(&ia, 1));
+      ta = e->sample(a, la[0].data(), p);
+      int32_t got = -1;
+      StepInput ib{b, std::span<const int32_t>(&tb, 1)};
+      ib.sample = &p;
+      ib.token = &got;
+      const auto lb = e->step(std::span<const StepInput>(&ib, 1));
+      EXPECT_EQ(lb[0].empty(), penalty == 1.0f) << "penalty " << penalty;
+      EXPECT_EQ(got, ta) << "token " << i << " penalty " << penalty;
+      tb = got;
+    }
+    e->release(a);
+    e->release(b);
+  }
+  SamplingParams p;
+  p.temperature = 0.9f;
+  const SeqId s = e->create();
+  int32_t tok = -1;
+  const int32_t one[1] = {3};
+  StepInput all{s, one, true};
+  all.sample = &p;
+  all.token = &tok;
+  expect_error([&] { e->step(std::span<const StepInput>(&all, 1)); }, "a token drawn in the step needs");
+  StepInput no_place{s, one};
+  no_place.sample = &p;
+  expect_error([&] { e->step(std::span<const StepInput>(&no_place, 1)); }, "a token drawn in the step needs");
+  EXPECT_EQ(e->position(s), 0);
+  // A step that fails in the model (a token outside the vocabulary) draws
+  // nothing: the next draw is the one the failed step would have made.
+  const SeqId t = e->create();
+  const int32_t bad[1] = {int32_t(e->vocab_size())};
+  int32_t first = -1, second = -1;
+  StepInput ok{s, one};
+  ok.sample = &p;
+  ok.token = &first;
+  StepInput wrong{t, bad};
+  StepInput both[2] = {ok, wrong};
+  expect_error([&] { e->step(both); }, "outside the vocabulary");
+  e->step(std::span<const StepInput>(&ok, 1));
+  const SeqId fresh = e->create();
+  StepInput again{fresh, one};
+  again.sample = &p;
+  again.token = &second;
+  e->step(std::span<const StepInput>(&again, 1));
+  EXPECT_EQ(first, second);  // both the first draw of a seed-0 sampler
+}
+
 TEST(Engine, GenerateRecordsWhatItFedAndPenalisesThePrompt) {
   auto e = shipped();
   const std::vector<int32_t> prompt = e->tokenize("ROMEO.\nBut soft");

@@ -106,7 +106,7 @@ __device__ int64_t first_prefix_reaching(V v, int64_t n, double target, bool at_
 }
 
 __global__ void __launch_bounds__(kThreads) select_kernel(const float* __restrict__ logits, int64_t vocab, int64_t ld,
-                                                          const GpuSampleParams* __restrict__ params,
+                                                          const DrawParams* __restrict__ params,
                                                           const uint64_t* __restrict__ sorted,
                                                           int32_t* __restrict__ ids) {
   __shared__ union {
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const float* __restric
   const int64_t r = blockIdx.x;
   const float* row = logits + r * ld;
   const uint64_t* keys = sorted + r * vocab;
-  const GpuSampleParams p = params[r];
+  const DrawParams p = params[r];
   if (p.temperature == 0.0f) {  // greedy: the first key
     if (threadIdx.x == 0) ids[r] = int32_t(uint32_t(keys[0]));
     return;
@@ -183,7 +183,7 @@ size_t cuda_sample_workspace_bytes(int64_t rows, int64_t vocab) {
   return 2 * align256(size_t(rows * vocab) * 8) + align256(size_t(rows + 1) * 8) + align256(sort_temp_bytes(rows, vocab));
 }
 
-void cuda_sample(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const GpuSampleParams* params,
+void cuda_sample(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DrawParams* params,
                  void* workspace, size_t workspace_bytes, int32_t* ids, void* stream) {
   if (vocab <= 0 || vocab > (int64_t(1) << 32) || ld < vocab)
     fail("cuda_sample: ", vocab, " logits in rows of ", ld);
@@ -208,17 +208,17 @@ void cuda_sample(const float* logits, int64_t rows, int64_t vocab, int64_t ld, c
 }
 
 std::vector<int32_t> cuda_sample_host(const std::vector<float>& logits, int64_t rows, int64_t vocab,
-                                      const std::vector<GpuSampleParams>& params) {
+                                      const std::vector<DrawParams>& params) {
   if (int64_t(logits.size()) != rows * vocab || int64_t(params.size()) != rows)
     fail("cuda_sample_host: logits must be [", rows, ", ", vocab, "] and params [", rows, "]");
-  for (const GpuSampleParams& p : params)
+  for (const DrawParams& p : params)
     if (!(p.temperature >= 0) || p.top_k < 0 || !(p.top_p > 0 && p.top_p <= 1) || !(p.min_p >= 0 && p.min_p <= 1) ||
         !(p.u >= 0 && p.u < 1))
       fail("cuda_sample_host: parameters out of range (temperature ", p.temperature, ", top_k ", p.top_k, ", top_p ",
            p.top_p, ", min_p ", p.min_p, ", u ", p.u, ")");
   const size_t ws = cuda_sample_workspace_bytes(rows, vocab);
   DeviceBuffer<float> dl(logits.size(), logits.data());
-  DeviceBuffer<GpuSampleParams> dp(params.size(), params.data());
+  DeviceBuffer<DrawParams> dp(params.size(), params.data());
   DeviceBuffer<uint8_t> dw(ws);
   DeviceBuffer<int32_t> di(static_cast<size_t>(rows));
   cuda_sample(dl.p, rows, vocab, vocab, dp.p, dw.p, ws, di.p);

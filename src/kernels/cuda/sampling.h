@@ -1,5 +1,5 @@
 // Next-token sampling on the GPU (issue 16, step 2): the same rule as
-// runtime/sampler.cpp's distribution + draw, so that with the same uniform
+// kernels/token_draw.h (DrawParams per row), so that with the same uniform
 // draw u the GPU picks the CPU's token (up to the order of a few double
 // sums at a boundary), and only the ids cross to the host:
 //   greedy (temperature 0): the highest logit, the lowest id on ties;
@@ -19,27 +19,22 @@
 #include <cstdint>
 #include <vector>
 
-namespace nibble {
+#include "kernels/token_draw.h"
 
-struct GpuSampleParams {
-  float temperature = 1.0f;  // 0 = greedy
-  int64_t top_k = 0;         // 0 = off
-  float top_p = 1.0f;        // 1 = off
-  float min_p = 0.0f;        // 0 = off
-  double u = 0;              // the uniform draw in [0, 1) (ignored when greedy)
-};
+namespace nibble {
 
 // Device scratch for `rows` rows of `vocab` logits (keys, sorted keys, the
 // sort's temporary storage, offsets), to be allocated once per batch size.
 size_t cuda_sample_workspace_bytes(int64_t rows, int64_t vocab);
 
-// logits [rows, ld] device f32 (the first `vocab` columns are drawn from);
-// params [rows] device; ids [rows] device int32. On `stream`, no sync.
-void cuda_sample(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const GpuSampleParams* params,
+// logits [rows, ld] device f32 (the first `vocab` columns are drawn from:
+// every row's limit; DrawParams::vocab is not read); params [rows] device;
+// ids [rows] device int32. On `stream`, no sync.
+void cuda_sample(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DrawParams* params,
                  void* workspace, size_t workspace_bytes, int32_t* ids, void* stream = nullptr);
 
 // Host round trip for tests.
 std::vector<int32_t> cuda_sample_host(const std::vector<float>& logits, int64_t rows, int64_t vocab,
-                                      const std::vector<GpuSampleParams>& params);
+                                      const std::vector<DrawParams>& params);
 
 }  // namespace nibble

@@ -12,11 +12,11 @@ namespace {
 }  // namespace
 
 size_t cuda_sample_workspace_bytes(int64_t, int64_t) { no_cuda(); }
-void cuda_sample(const float*, int64_t, int64_t, int64_t, const GpuSampleParams*, void*, size_t, int32_t*, void*) {
+void cuda_sample(const float*, int64_t, int64_t, int64_t, const DrawParams*, void*, size_t, int32_t*, void*) {
   no_cuda();
 }
 std::vector<int32_t> cuda_sample_host(const std::vector<float>&, int64_t, int64_t,
-                                      const std::vector<GpuSampleParams>&) {
+                                      const std::vector<DrawParams>&) {
   no_cuda();
 }
 
