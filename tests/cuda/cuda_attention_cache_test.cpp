@@ -11,6 +11,7 @@
 #include <string>
 
 #include "model/cuda_attention_cache.h"
+#include "support/attention_layer.h"
 #include "support/host_allocator.h"
 #include "util/error.h"
 
@@ -20,25 +21,7 @@ namespace {
 using test::HostAllocator;
 
 AttentionWeights layer(AttnKind kind, int64_t ratio, int64_t dim) {
-  AttentionWeights w;
-  w.kind = kind;
-  if (kind == AttnKind::sliding) return w;
-  CompressorWeights c;
-  c.ratio = ratio;
-  c.dim = dim;
-  c.overlap = kind == AttnKind::csa;
-  w.compressor = c;
-  if (kind == AttnKind::csa) {
-    IndexerWeights iw;
-    iw.heads = 2;
-    iw.dim = 8;
-    iw.topk = 3;
-    iw.compressor.ratio = ratio;
-    iw.compressor.dim = 8;
-    iw.compressor.overlap = true;
-    w.indexer = iw;
-  }
-  return w;
+  return test::attention_layer(kind, ratio, dim, 2, 7);
 }
 
 AttentionShape shape(int64_t window, int64_t rollback) {

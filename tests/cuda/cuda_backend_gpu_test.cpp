@@ -24,6 +24,7 @@
 #include "model/deepseek_v4_rope.h"
 #include "runtime/sampler.h"
 #include "util/error.h"
+#include "support/attention_layer.h"
 #include "support/cuda_test.h"
 
 namespace nibble {
@@ -257,33 +258,13 @@ TEST(CudaBackendGpu, AttendMatchesTheCpuBackend) {
     s.rollback = 3;
     const int64_t H = s.heads, d = s.head_dim;
     uint64_t seed = 100 + uint64_t(kind) * 1000;
-    AttentionWeights w;
-    w.kind = kind;
-    w.sink = randn(size_t(H), seed++);
-    if (kind != AttnKind::sliding) {
-      CompressorWeights c;
-      c.ratio = kind == AttnKind::hca ? 8 : 4;
-      c.dim = d;
-      c.overlap = kind == AttnKind::csa;
-      c.ape = randn(size_t(c.ratio * c.width()), seed++);
-      c.norm = randn(size_t(d), seed++, 0.5f);
-      w.compressor = c;
-    }
-    if (kind == AttnKind::csa) {
-      IndexerWeights iw;
-      iw.heads = 2;
-      iw.dim = 8;
-      iw.topk = 3;
-      iw.compressor.ratio = 4;
-      iw.compressor.dim = 8;
-      iw.compressor.overlap = true;
-      iw.compressor.ape = randn(size_t(4 * 16), seed++);
-      iw.compressor.norm = randn(8, seed++, 0.5f);
-      w.indexer = iw;
-    }
+    // HCA pools windows of 8, CSA of 4 (its indexer too).
+    const AttentionWeights w = test::attention_layer(kind, kind == AttnKind::hca ? 8 : 4, d, H, seed);
+    seed += 100;
     RopeConfig rc;
     const RopeTable compress_rope(rc, 4);
-    const int64_t width = w.compressor ? w.compressor->width() : 0, iwidth = w.indexer ? 16 : 0;
+    const int64_t width = w.compressor ? w.compressor->width() : 0;
+    const int64_t iwidth = w.indexer ? w.indexer->compressor.width() : 0;
     auto cpu_cache = b.cpu.new_attention_cache(w, s), gpu_cache = b.gpu.new_attention_cache(w, s);
     auto feed = [&](AttentionCache* cc, AttentionCache* gc, int64_t p0, int64_t n, const char* what) {
       auto q = b.make(randn(size_t(n * H * d), seed++), n, H * d);
