@@ -58,13 +58,12 @@ void DeviceAttentionCache::copy_compressor(DeviceCompressor& to, const DeviceCom
   const size_t rows = size_t(from.ring_rows * from.width) * sizeof(float);
   a_->copy(to.kv, from.kv, rows);
   a_->copy(to.score, from.score, rows);
-  const int64_t n = from.n_entries();
+  const int64_t n = from.n_entries(position);
   if (n > 0) {
     to.entries = floats(from.entry_capacity * from.dim);
     to.entry_capacity = from.entry_capacity;
     a_->copy(to.entries, from.entries, size_t(n * from.dim) * sizeof(float));
   }
-  to.position = from.position;
   to.high = from.high;
 }
 
@@ -89,8 +88,6 @@ void DeviceAttentionCache::truncate(int64_t p) {
     fail("attention cache: cannot truncate to position ", p, " (holds ", truncate_floor(), " .. ", position, ")");
   // The window ring keeps its rows: a query at p reads positions before p only.
   position = p;
-  if (comp.ratio) comp.position = p;
-  if (index.ratio) index.position = p;
 }
 
 uint64_t DeviceAttentionCache::bytes() const {
@@ -105,7 +102,7 @@ void DeviceAttentionCache::reserve_entries(DeviceCompressor& c, int64_t n) {
   int64_t cap = std::max<int64_t>(64, c.entry_capacity);
   while (cap < n) cap *= 2;
   float* fresh = floats(cap * c.dim);
-  const int64_t keep = std::min(c.n_entries(), c.entry_capacity);
+  const int64_t keep = std::min(c.n_entries(position), c.entry_capacity);
   if (keep > 0) a_->copy(fresh, c.entries, size_t(keep * c.dim) * sizeof(float));
   a_->release(c.entries);
   c.entries = fresh;

@@ -43,10 +43,10 @@ struct DeviceCompressor {
   float* score = nullptr;    // [ring_rows, width] wgate x + ape of its slot
   float* entries = nullptr;  // [entry_capacity, dim]
   int64_t entry_capacity = 0;
-  int64_t position = 0;      // tokens fed
   int64_t high = 0;          // one past the highest position whose row was written
 
-  int64_t n_entries() const { return position / ratio; }
+  // Entries (closed windows) of a sequence at `position` (its cache's).
+  int64_t n_entries(int64_t position) const { return position / ratio; }
   int64_t truncate_floor() const;
 };
 
@@ -67,13 +67,14 @@ class DeviceAttentionCache final : public AttentionCache {
   void truncate(int64_t p) override;
   uint64_t bytes() const override;
 
-  // Room for `n` entries in c's buffer (grows by doubling, keeping the old ones).
+  // Room for `n` entries in c's buffer (grows by doubling, keeping the
+  // entries of `position`).
   void reserve_entries(DeviceCompressor& c, int64_t n);
 
   const AttentionWeights& weights() const { return *w_; }
   const AttentionShape& shape() const { return s_; }
 
-  int64_t position = 0;   // tokens fed (attend moves it and the compressors' on)
+  int64_t position = 0;   // tokens fed (attend moves it on; the compressors' too)
   float* ring = nullptr;  // [ring_rows, head_dim]
   int64_t ring_rows = 0;
   int64_t ring_high = 0;  // one past the highest position ever written to the ring
@@ -82,7 +83,7 @@ class DeviceAttentionCache final : public AttentionCache {
 
  private:
   void init_compressor(DeviceCompressor& c, const CompressorWeights& w);
-  void copy_compressor(DeviceCompressor& to, const DeviceCompressor& from) const;
+  void copy_compressor(DeviceCompressor& to, const DeviceCompressor& from) const;  // at position
   void free_compressor(DeviceCompressor& c);
   float* floats(int64_t n) const;
 

@@ -29,7 +29,6 @@ std::unique_ptr<AttentionCache> CudaBackend::new_attention_cache(const Attention
 void CudaBackend::append_compressed(DeviceAttentionCache& cache, DeviceCompressor& c, const CompressorWeights& w,
                                     const RopeTable& rope, double rms_eps, const float* kv, const float* score,
                                     int64_t n, int64_t p0) {
-  if (c.position != p0) fail("attend (cuda): a compressor at position ", c.position, " was fed position ", p0);
   const int64_t m = c.ratio, width = c.width, dim = c.dim;
   cache.reserve_entries(c, (p0 + n) / m);
   const float* ape = mirror_->device(w.ape.data(), w.ape.size(), "a compressor's ape");
@@ -54,7 +53,6 @@ void CudaBackend::append_compressed(DeviceAttentionCache& cache, DeviceCompresso
                 upload_ints(std::span<const int64_t>(at)), false, stream_);
     }
   }
-  c.position = p0 + n;
 }
 
 void CudaBackend::attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
@@ -88,13 +86,13 @@ void CudaBackend::attend(const AttentionWeights& w, const AttentionShape& s, con
     const int64_t width = iw.compressor.width(), m = iw.compressor.ratio;
     append_compressed(*cache, cache->index, iw.compressor, compress_rope, s.rms_eps, idx->kv + seq.first * width,
                       idx->score + seq.first * width, n, p0);
-    if (cache->index.n_entries() != cache->comp.n_entries())
+    if (cache->index.n_entries(p0 + n) != cache->comp.n_entries(p0 + n))
       fail("CSA layer: indexer and compressor disagree on the number of windows");
     topk = iw.topk;
     std::vector<int32_t> visible(static_cast<size_t>(n));
     int64_t max_visible = 0;
     for (int64_t t = 0; t < n; ++t) {
-      visible[size_t(t)] = int32_t(std::min((p0 + t + 1) / m, cache->index.n_entries()));
+      visible[size_t(t)] = int32_t(std::min((p0 + t + 1) / m, cache->index.n_entries(p0 + n)));
       max_visible = std::max<int64_t>(max_visible, visible[size_t(t)]);
     }
     auto* sel = reinterpret_cast<int32_t*>(arena_->alloc(n * topk));
@@ -133,7 +131,7 @@ void CudaBackend::attend(const AttentionWeights& w, const AttentionShape& s, con
 
   // Each query's keys: its window, then HCA's visible entries or CSA's top-k.
   const int mode = w.kind == AttnKind::hca ? 1 : w.kind == AttnKind::csa ? 2 : 0;
-  const int64_t n_entries = w.compressor ? cache->comp.n_entries() : 0;
+  const int64_t n_entries = w.compressor ? cache->comp.n_entries(p0 + n) : 0;
   const int64_t max_keys = W + (mode == 1 ? n_entries : mode == 2 ? topk : 0);
   auto* key_lists = reinterpret_cast<int32_t*>(arena_->alloc(n * max_keys));
   auto* key_counts = reinterpret_cast<int32_t*>(arena_->alloc(n));

@@ -52,7 +52,7 @@ TEST(DeviceAttentionCache, FloorIsTheFirstPositionWhoseRowsAreHeld) {
         const AttentionWeights w = layer(kind, ratio, 16);
         DeviceAttentionCache c(host, &w, shape(8, rollback));
         for (int64_t high = 0; high < 3 * c.comp.ring_rows + 2 * ratio; ++high) {
-          c.comp.high = c.comp.position = high;
+          c.position = c.comp.high = high;
           const int64_t want = brute_floor(c.comp);
           ASSERT_EQ(c.comp.truncate_floor(), want) << "ratio " << ratio << " high " << high;
           // Steady decode (nothing truncated): a rollback of `rollback` tokens is free.
@@ -66,7 +66,7 @@ TEST(DeviceAttentionCache, TruncatesDownToTheDeepestFloorOnly) {
   const AttentionWeights w = layer(AttnKind::csa, 4, 16);
   DeviceAttentionCache c(host, &w, shape(8, 5));
   // As attend leaves it after 300 tokens.
-  c.position = c.comp.position = c.index.position = 300;
+  c.position = 300;
   c.comp.high = c.index.high = c.ring_high = 300;
   const int64_t floor = std::max({int64_t(300 - 5), c.comp.truncate_floor(), c.index.truncate_floor()});
   EXPECT_EQ(c.truncate_floor(), floor);
@@ -74,8 +74,8 @@ TEST(DeviceAttentionCache, TruncatesDownToTheDeepestFloorOnly) {
   EXPECT_THROW(c.truncate(301), Error);
   c.truncate(floor);
   EXPECT_EQ(c.position, floor);
-  EXPECT_EQ(c.comp.n_entries(), floor / 4);
-  EXPECT_EQ(c.index.n_entries(), floor / 4);
+  EXPECT_EQ(c.comp.n_entries(c.position), floor / 4);
+  EXPECT_EQ(c.index.n_entries(c.position), floor / 4);
   EXPECT_EQ(c.truncate_floor(), floor);  // the rings' contents did not move
 }
 
@@ -88,14 +88,14 @@ TEST(DeviceAttentionCache, ClonesCopyEveryBufferAndEvolveApart) {
   for (int64_t i = 0; i < ring_floats; ++i) a->ring[i] = float(i);
   for (int64_t i = 0; i < row_floats; ++i) a->comp.kv[i] = float(2 * i), a->comp.score[i] = float(3 * i);
   for (int64_t i = 0; i < 10 * 16; ++i) a->comp.entries[i] = float(-i);
-  a->position = a->comp.position = a->comp.high = a->ring_high = 80;  // 10 entries
+  a->position = a->comp.high = a->ring_high = 80;  // 10 entries
   const int before = host.copies;
   auto b_ptr = a->clone();
   auto& b = static_cast<DeviceAttentionCache&>(*b_ptr);
   EXPECT_EQ(host.copies - before, 4);  // ring, two row rings, entries
   EXPECT_EQ(b.position, 80);
   EXPECT_EQ(b.bytes(), a->bytes());
-  EXPECT_EQ(b.comp.n_entries(), 10);
+  EXPECT_EQ(b.comp.n_entries(b.position), 10);
   for (int64_t i = 0; i < ring_floats; ++i) ASSERT_EQ(b.ring[i], float(i));
   for (int64_t i = 0; i < row_floats; ++i) ASSERT_EQ(b.comp.score[i], float(3 * i));
   for (int64_t i = 0; i < 10 * 16; ++i) ASSERT_EQ(b.comp.entries[i], float(-i));
@@ -114,7 +114,7 @@ TEST(DeviceAttentionCache, EntryBuffersGrowKeepingTheirEntries) {
   const int64_t first_capacity = c.comp.entry_capacity;
   EXPECT_GE(first_capacity, 3);
   for (int64_t i = 0; i < 3 * 16; ++i) c.comp.entries[i] = float(i) + 0.5f;
-  c.comp.position = 12;  // 3 entries
+  c.position = 12;  // 3 entries
   c.reserve_entries(c.comp, first_capacity + 1);
   EXPECT_GT(c.comp.entry_capacity, first_capacity);
   for (int64_t i = 0; i < 3 * 16; ++i) ASSERT_EQ(c.comp.entries[i], float(i) + 0.5f);
