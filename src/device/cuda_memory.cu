@@ -28,6 +28,17 @@ void cuda_device_free(void* p) {
   if (p) (void)cudaFree(p);
 }
 
+void* cuda_host_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) fail("cuda backend: cudaMallocHost of ", bytes, " bytes: ", cudaGetErrorString(e));
+  return p;
+}
+
+void cuda_host_free(void* p) {
+  if (p) cudaFreeHost(p);
+}
+
 void* cuda_stream_create() {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");

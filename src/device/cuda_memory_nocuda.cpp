@@ -14,6 +14,8 @@ namespace {
 void cuda_set_device(int) { no_cuda(); }
 void* cuda_device_alloc(size_t) { no_cuda(); }
 void cuda_device_free(void*) {}  // nothing was ever allocated
+void* cuda_host_alloc(size_t) { no_cuda(); }
+void cuda_host_free(void*) {}
 void* cuda_stream_create() { no_cuda(); }
 void cuda_stream_destroy(void*) {}
 void cuda_stream_sync(void*) { no_cuda(); }

@@ -42,6 +42,13 @@ class CudaAllocator : public DeviceAllocator {
   void* stream_;
 };
 
+// The staging arena's page-locked memory.
+class CudaPinnedAllocator : public PinnedAllocator {
+ public:
+  void* allocate(size_t bytes) override { return cuda_host_alloc(bytes); }
+  void release(void* p) override { cuda_host_free(p); }
+};
+
 void same_shape(const char* op, Tensor a, Tensor b) {
   if (a.rows != b.rows || a.cols != b.cols)
     fail(op, ": [", a.rows, ", ", a.cols, "] and [", b.rows, ", ", b.cols, "] must have one shape");
@@ -55,6 +62,8 @@ CudaBackend::CudaBackend(ForwardProfile* profile, int device) : profile_(profile
   alloc_ = std::make_unique<CudaAllocator>(device_, stream_);
   arena_ = std::make_unique<StepArena>(*alloc_);
   mirror_ = std::make_unique<WeightMirror>(*alloc_);
+  pinned_ = std::make_unique<CudaPinnedAllocator>();
+  staging_ = std::make_unique<StagingArena>(*pinned_);
   error_ = static_cast<int32_t*>(cuda_device_alloc(sizeof(int32_t)));
   for (const CudaDeviceInfo& d : cuda_probe().devices)
     if (d.index == device_) sms_ = std::max(1, d.sms);
@@ -65,18 +74,26 @@ void CudaBackend::begin_step() {
   // The kernels of a step launch from the calling thread, whose current
   // device may not be this backend's (cuda_memory.h).
   cuda_set_device(device_);
+  // The last step's uploads read the staging memory until the stream has
+  // run them (a step that ends with a download has waited already).
+  if (staging_->staged() > 0) {
+    cuda_stream_sync(stream_);
+    staging_->reset();
+  }
   arena_->begin_step();
 }
 
 CudaBackend::~CudaBackend() {
   try {
     cuda_set_device(device_);  // the memory below is this device's
+    cuda_stream_sync(stream_);  // no queued upload still reads the staging memory
   } catch (const std::exception&) {
-    // A lost device: the frees below fail quietly either way.
+    // A lost device or a failed kernel: the frees below fail quietly either way.
   }
   // The arena and mirror free device memory (cudaFree synchronises first).
   arena_.reset();
   mirror_.reset();
+  staging_.reset();
   for (void* p : owned_) cuda_device_free(p);
   cuda_device_free(error_);
   cuda_stream_destroy(stream_);
@@ -92,11 +109,12 @@ Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
 }
 
 void CudaBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
-  cuda_upload_async(dst, src, bytes, stream_);
+  // From pinned memory: the copy is queued, the host goes on launching.
+  cuda_upload_async(dst, staging_->stage(src, bytes), bytes, stream_);
 }
 
 void CudaBackend::upload(const float* host, Tensor t) {
-  cuda_upload_async(t.data, host, size_t(t.rows * t.cols) * sizeof(float), stream_);
+  upload_bytes(t.data, host, size_t(t.rows * t.cols) * sizeof(float));
 }
 
 void CudaBackend::download(Tensor t, float* host) {
@@ -117,7 +135,7 @@ void CudaBackend::draw_tokens(Tensor logits, std::span<const DrawParams> params,
   const size_t ws = cuda_sample_workspace_bytes(logits.rows, logits.cols);
   float* w = arena_->alloc(int64_t((ws + 3) / 4));
   float* p = arena_->alloc(int64_t((params.size_bytes() + 3) / 4));
-  cuda_upload_async(p, params.data(), params.size_bytes(), stream_);
+  upload_bytes(p, params.data(), params.size_bytes());
   auto* d_ids = reinterpret_cast<int32_t*>(arena_->alloc(logits.rows));
   cuda_sample(logits.data, logits.rows, vocab, logits.cols, reinterpret_cast<const DrawParams*>(p), w, ws, d_ids,
               stream_);

@@ -11,8 +11,9 @@
 // CUDA backend").
 //
 // Every Tensor this backend hands out is device memory. A step's host inputs
-// (ids, positions, row lists) are uploaded into the arena on the stream by
-// the op that takes them; nothing synchronises until download().
+// (ids, positions, row lists) are staged in pinned memory and uploaded into
+// the arena on the stream by the op that takes them; nothing synchronises
+// until download() (or the next begin_step, when the staging is reused).
 #pragma once
 
 #include <map>
@@ -130,6 +131,8 @@ class CudaBackend : public Backend {
   std::unique_ptr<DeviceAllocator> alloc_;
   std::unique_ptr<StepArena> arena_;
   std::unique_ptr<WeightMirror> mirror_;
+  std::unique_ptr<PinnedAllocator> pinned_;
+  std::unique_ptr<StagingArena> staging_;  // the step's host inputs, pinned (reset by begin_step)
   int32_t* error_ = nullptr;  // device: 1 + the first bad token of an embed since the last check
   std::vector<int32_t> error_ids_;  // the ids of the embed that may have set it, for the message
 };

@@ -1,6 +1,7 @@
 #include "model/cuda_backend_memory.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "util/error.h"
 
@@ -11,6 +12,56 @@ namespace {
 // vectorised kernel may load 16 bytes at a time.
 constexpr size_t kAlignFloats = 64;
 }  // namespace
+
+namespace {
+constexpr size_t kStageAlign = 16;
+constexpr size_t kMinStageBlock = size_t(64) << 10;
+}  // namespace
+
+StagingArena::~StagingArena() {
+  for (Block& b : blocks_) a_->release(b.p);
+}
+
+StagingArena::Block StagingArena::make_block(size_t size) {
+  Block b;
+  b.size = std::max(size, kMinStageBlock);
+  b.p = static_cast<uint8_t*>(a_->allocate(b.size));
+  return b;
+}
+
+const void* StagingArena::stage(const void* src, size_t bytes) {
+  const size_t at = blocks_.empty() ? 0 : (blocks_.back().used + kStageAlign - 1) / kStageAlign * kStageAlign;
+  if (blocks_.empty() || at + bytes > blocks_.back().size) {
+    // Earlier blocks stay: uploads queued from them may not have run yet.
+    blocks_.push_back(make_block(std::max(bytes, blocks_.empty() ? size_t(0) : 2 * blocks_.back().size)));
+    return stage(src, bytes);
+  }
+  Block& b = blocks_.back();
+  if (bytes) std::memcpy(b.p + at, src, bytes);
+  b.used = at + bytes;
+  staged_ += bytes;
+  return b.p + at;
+}
+
+void StagingArena::reset() {
+  if (blocks_.size() > 1) {
+    size_t total = 0;
+    for (Block& b : blocks_) {
+      total += b.size;
+      a_->release(b.p);
+    }
+    blocks_.clear();
+    blocks_.push_back(make_block(total));
+  }
+  if (!blocks_.empty()) blocks_.back().used = 0;
+  staged_ = 0;
+}
+
+uint64_t StagingArena::bytes() const {
+  uint64_t n = 0;
+  for (const Block& b : blocks_) n += b.size;
+  return n;
+}
 
 StepArena::~StepArena() {
   for (Slot& s : slots_) a_->release(s.p);

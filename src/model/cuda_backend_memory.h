@@ -15,6 +15,14 @@
 //   first use and found again by address: the first step uploads them, every
 //   later one only looks them up. The large matrices do not come through
 //   here: they live in the weight store in their kernels' layouts.
+// - StagingArena: page-locked host memory for a step's small host inputs
+//   (ids, positions, row lists, sampling settings). An upload from pinned
+//   memory is asynchronous; one from pageable memory waits for the stream
+//   first (device/cuda_memory.h), which made every op that takes a host
+//   list a synchronisation of the host with the GPU. Bump-allocated; a step
+//   that outgrows its block gets another, and the next reset makes one
+//   block of the total, so a steady step allocates nothing (and stages at
+//   the same addresses, which a CUDA graph's copies will need).
 #pragma once
 
 #include <cstddef>
@@ -35,6 +43,43 @@ class DeviceAllocator {
   // Copies device bytes to device memory, in order with the uploads and the
   // backend's kernels (a fork's clone, an entry buffer that grows).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+};
+
+// Page-locked host memory (cudaMallocHost), or plain memory in tests.
+class PinnedAllocator {
+ public:
+  virtual ~PinnedAllocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+};
+
+class StagingArena {
+ public:
+  explicit StagingArena(PinnedAllocator& a) : a_(&a) {}
+  ~StagingArena();
+  StagingArena(const StagingArena&) = delete;
+  StagingArena& operator=(const StagingArena&) = delete;
+
+  // A copy of src[0, bytes) in pinned memory, 16-byte aligned, that stays
+  // where it is until reset().
+  const void* stage(const void* src, size_t bytes);
+  // Forgets every staged copy: the caller has waited for the uploads that
+  // read them. More than one block becomes one block of their total.
+  void reset();
+
+  size_t staged() const { return staged_; }  // bytes staged since the last reset
+  size_t blocks() const { return blocks_.size(); }
+  uint64_t bytes() const;                    // pinned bytes held
+
+ private:
+  struct Block {
+    uint8_t* p = nullptr;
+    size_t size = 0, used = 0;
+  };
+  Block make_block(size_t size);
+  PinnedAllocator* a_;
+  std::vector<Block> blocks_;
+  size_t staged_ = 0;
 };
 
 class StepArena {

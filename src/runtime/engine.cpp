@@ -135,6 +135,16 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
       ck->generation_config() ? std::make_unique<nlohmann::json>(*ck->generation_config()) : nullptr;
   const std::string gc_path = ck->file_path("generation_config.json");
   impl->model = load_model(std::move(ck), lo);
+  if (impl->model->plan().device.kind == DeviceKind::cuda) {
+    // The CUDA backend repacks and uploads each weight the first time a
+    // step uses it (every expert of a layer at once): one token through a
+    // scratch sequence now, so that loading pays for it, not the first
+    // request (nor a benchmark's first timed step). The MTP layer's
+    // weights wait for the first draft.
+    auto scratch = impl->model->new_state();
+    const int32_t first_id[1] = {0};
+    impl->model->forward(*scratch, first_id, nullptr, false);
+  }
   impl->rollback_tokens = options.rollback_tokens;
   impl->sample_vocab_option = options.sample_vocab;
   impl->defaults = read_generation_config(gc.get(), gc_path, impl->model->vocab_size());

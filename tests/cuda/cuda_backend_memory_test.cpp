@@ -91,5 +91,69 @@ TEST(WeightMirror, UploadsEachWeightOnceAndFindsItAgain) {
   }
 }
 
+// Plain memory standing in for page-locked memory, counting the calls and
+// keeping what is live.
+class HostPinned final : public PinnedAllocator {
+ public:
+  ~HostPinned() override { EXPECT_TRUE(live.empty()) << live.size() << " blocks never released"; }
+  void* allocate(size_t bytes) override {
+    ++allocations;
+    void* p = std::malloc(bytes);
+    live.insert(p);
+    return p;
+  }
+  void release(void* p) override {
+    if (!p) return;
+    EXPECT_EQ(live.erase(p), 1u) << "released a block it does not hold";
+    std::free(p);
+  }
+  int allocations = 0;
+  std::set<void*> live;
+};
+
+// A step's host inputs staged: every copy holds its bytes, 16-byte aligned,
+// and stays valid while later ones are staged (the uploads from it may still
+// be queued), also past a block's end; the reset after such a step makes one
+// block of the total, so steady steps allocate nothing and stage at the same
+// addresses.
+TEST(StagingArena, CopiesStayPutUntilResetAndSteadyStepsAllocateNothing) {
+  HostPinned pinned;
+  {
+    StagingArena a(pinned);
+    std::vector<std::vector<uint8_t>> inputs;
+    for (size_t n : {size_t(3), size_t(40000), size_t(1), size_t(70000), size_t(0), size_t(9)}) {
+      std::vector<uint8_t> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = uint8_t(i * 7 + n);
+      inputs.push_back(v);
+    }
+    auto step = [&] {
+      std::vector<const void*> at;
+      for (const auto& v : inputs) at.push_back(a.stage(v.data(), v.size()));
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(at[k]) % 16, 0u) << "copy " << k;
+        EXPECT_EQ(std::memcmp(at[k], inputs[k].data(), inputs[k].size()), 0) << "copy " << k;
+      }
+      return at;
+    };
+    step();
+    EXPECT_GT(a.blocks(), 1u);  // 110 kB past the first 64 kB block
+    size_t total = 0;
+    for (const auto& v : inputs) total += v.size();
+    EXPECT_EQ(a.staged(), total);
+    a.reset();
+    EXPECT_EQ(a.blocks(), 1u);
+    EXPECT_EQ(a.staged(), 0u);
+    const int allocations = pinned.allocations;
+    const std::vector<const void*> first = step();
+    a.reset();
+    EXPECT_EQ(step(), first);
+    a.reset();
+    EXPECT_EQ(pinned.allocations, allocations);
+    EXPECT_EQ(a.blocks(), 1u);
+    EXPECT_GE(a.bytes(), total);
+  }
+  EXPECT_TRUE(pinned.live.empty());
+}
+
 }  // namespace
 }  // namespace nibble
