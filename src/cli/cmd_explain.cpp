@@ -149,8 +149,9 @@ void print_plan(const std::string& path, const Plan& plan, bool arch_runs, bool 
   else if (plan.backend == "cuda")
     std::printf("backend   cuda: runs every op of the forward on %s (embedding, norms, hyper-connections,\n"
                 "          projections, RoPE, window / compressed attention and indexer with every sequence's\n"
-                "          caches in GPU memory, MoE routing and experts, head) with the kernels below; the\n"
-                "          wanted rows of logits come back to the host, where sampling runs\n\n",
+                "          caches in GPU memory, MoE routing and experts, head, sampling: only token ids come\n"
+                "          back unless logits are asked for) with the kernels below; not yet run on a GPU\n"
+                "          (docs/cuda.md)\n\n",
                 d.name.c_str());
   else
     std::printf("backend   %s: runs every op of the forward (embedding, norms, hyper-connections, projections,\n"

@@ -1,6 +1,7 @@
 #include "model/deepseek_v4_block.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/moe_routing.h"
 #include "model/backend.h"
@@ -45,11 +46,14 @@ void block_forward(Backend& be, const BlockWeights& w, const HcShape& hc, const 
   }
   if (distinct_experts) {
     // Benchmarks only: route the tokens once more and count the experts hit
-    // (reads the router logits on the host).
+    // (the router logits brought to the host: a device backend's Tensors
+    // are not host memory).
     Tensor logits = be.alloc(T, w.moe.n_experts);
     be.linear(w.router, x, logits);
+    std::vector<float> host(size_t(T * w.moe.n_experts));
+    be.to_host(logits, host.data());
     MoeRouting r;
-    route_tokens(w.moe, logits.data, ids.data(), T, &r);
+    route_tokens(w.moe, host.data(), ids.data(), T, &r);
     std::vector<char> hit(size_t(w.moe.n_experts), 0);
     for (int32_t e : r.experts) hit[size_t(e)] = 1;
     *distinct_experts = std::count(hit.begin(), hit.end(), char(1));
