@@ -37,9 +37,10 @@ std::string ForwardProfile::report() const {
     double total = 0;
     for (int p = 0; p < kPhases; ++p)
       if (kParent[p] < 0) total += double(ns[size_t(p)]);
-    char head[200];
-    std::snprintf(head, sizeof head, "[nibble profile] %s: %lld steps, %lld tokens, %.3f s in the phases below (%.3f ms per step)\n",
-                  labels[row], (long long)f, (long long)tokens_[size_t(row)], total * 1e-9, total * 1e-6 / double(f));
+    char head[320];
+    std::snprintf(head, sizeof head, "[nibble profile] %s: %lld steps, %lld tokens, %.3f s in the phases below (%.3f ms per step)%s\n",
+                  labels[row], (long long)f, (long long)tokens_[size_t(row)], total * 1e-9, total * 1e-6 / double(f),
+                  barrier_ ? ", device time: each phase waited for the GPU" : "");
     out += head;
     auto pct = [&](double v) { return total > 0 ? 100 * v / total : 0.0; };
     for (int p = 0; p < kPhases; ++p) {
