@@ -120,6 +120,10 @@ if python3 -c 'import numpy' 2>/dev/null; then
   step -optional flash_decode 120 "$nibble" bench decode "$flash" --device cuda --sequences 1,2,4,8,16,32,64 \
     -n 8 --prompt-tokens 32 --json
   grep '^{' "$RESULTS/flash_decode.log" >"$RESULTS/flash_decode.json" 2>/dev/null || true
+  # One sequence again with --profile: each phase waits for the GPU, so the
+  # table splits a step's device time by phase (against the unprofiled step).
+  step -optional flash_profile 90 "$nibble" bench decode "$flash" --device cuda --sequences 1 -n 8 \
+    --prompt-tokens 32 --profile
 fi
 # Out-of-bounds accesses on the awkward shapes (compute-sanitizer may refuse
 # the device in some sandboxes: reported, not counted).
@@ -164,6 +168,7 @@ fi
   else
     tail -3 "$RESULTS/flash_decode.log" 2>/dev/null
   fi
+  grep '^\[nibble profile\]' "$RESULTS/flash_profile.log" 2>/dev/null | head -24
   [ -f "$RESULTS/memcheck.log" ] && { echo; echo "=== memcheck"; tail -4 "$RESULTS/memcheck.log"; }
   echo
   echo "=== $failed check(s) failed"
