@@ -206,7 +206,7 @@ class Engine {
   void truncate(SeqId seq, int64_t position);     // back to `position` (0 .. position(seq))
   void release(SeqId seq);
   int64_t position(SeqId seq) const;
-  uint64_t memory_bytes(SeqId seq) const;         // host memory its state holds (token history included)
+  uint64_t memory_bytes(SeqId seq) const;         // memory its state holds, host or GPU (token history included)
   // The tokens fed so far, in order (what repetition_penalty covers).
   std::vector<int32_t> tokens(SeqId seq) const;
   size_t live_sequences() const;

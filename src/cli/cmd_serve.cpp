@@ -137,7 +137,10 @@ int run_serve(const std::vector<std::string>& argv) {
     fail("--spec-draft-tokens ", so.draft_tokens, ": speculative decoding needs the model's MTP layer: ", no_draft);
   }
   http.attach(*engine);
-  std::fprintf(stderr, "nibble serve: %s loaded in %.2f s; ready\n", so.model_id.c_str(), load_s);
+  const std::string where = engine->device() == "host"
+                                ? "this machine's CPU"
+                                : engine->device() + " (" + engine->device_description() + ")";
+  std::fprintf(stderr, "nibble serve: %s loaded in %.2f s on %s; ready\n", so.model_id.c_str(), load_s, where.c_str());
   // Whether speculation runs, and why (as explain says it).
   if (so.draft_tokens > 0)
     std::fprintf(stderr, "nibble serve: speculative decoding: on, %lld drafts per step with the MTP layer "
