@@ -89,15 +89,10 @@ int run_serve(const std::vector<std::string>& argv) {
   so.model_id = args.str("--alias", alias.empty() ? "nibble" : alias);
   so.draft_tokens = args.has("--no-spec") ? 0 : args.integer("--spec-draft-tokens", 0, 0, 15);
 
-  EngineOptions eo;
-  eo.threads = threads_arg(args);
-  eo.moe_backend = args.str("--moe-backend", "auto");
-  eo.linear_backend = args.str("--linear-backend", "auto");
-  check_backend_name("--moe-backend", eo.moe_backend, true);
-  check_backend_name("--linear-backend", eo.linear_backend, false);
-  eo.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
+  // The flags every loading command shares (--device, --threads, the
+  // backends, --bandwidth, --profile, --no-check-weights), then serve's own.
+  EngineOptions eo = engine_options(args);
   eo.step_tokens = args.integer("--step-tokens", 256, 1, 1 << 20);
-  eo.profile = args.has("--profile");
 
   // A client that hangs up mid-write must be an error on that write, not
   // the end of the process.

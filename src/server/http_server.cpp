@@ -15,6 +15,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -152,6 +153,12 @@ struct HttpServer::Impl {
   std::unique_ptr<Scheduler> scheduler_ptr;
   int64_t ctx = 0;
   std::atomic<bool> ready{false};
+  // serve() and stop() in either order (serve() runs on its own thread and
+  // may not have begun when a failed load stops the server): httplib only
+  // hears a stop once its loop runs.
+  std::mutex run_mu;
+  bool stopped = false, serving = false;
+  std::atomic<bool> served{false};
   Engine& engine() { return *engine_ptr; }
   Scheduler& scheduler() { return *scheduler_ptr; }
   ChatFormatKind chat_format = ChatFormatKind::DeepSeekV4;  // the model's, set by attach()
@@ -685,12 +692,30 @@ void HttpServer::bind() {
 
 int HttpServer::port() const { return impl_->bound_port; }
 
-void HttpServer::serve() { impl_->http.listen_after_bind(); }
+void HttpServer::serve() {
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(s.run_mu);
+    if (s.stopped) return;  // stop() came first: never listen
+    s.serving = true;
+  }
+  s.http.listen_after_bind();
+  s.served.store(true);
+}
 
 void HttpServer::stop() {
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(s.run_mu);
+    s.stopped = true;
+    // serve() has begun: wait for httplib's loop, the only state in which
+    // its stop is heard (or for serve() to have ended on its own).
+    if (s.serving)
+      while (!s.http.is_running() && !s.served.load()) std::this_thread::yield();
+  }
   // Stop accepting first, then cancel: streams see their jobs end and close.
-  impl_->http.stop();
-  if (impl_->scheduler_ptr) impl_->scheduler_ptr->shutdown();
+  s.http.stop();
+  if (s.scheduler_ptr) s.scheduler_ptr->shutdown();
 }
 
 }  // namespace nibble::server

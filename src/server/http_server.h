@@ -46,10 +46,12 @@ class HttpServer {
   // Binds the listening socket; throws nibble::Error naming host:port.
   void bind();
   int port() const;
-  // Serves until stop(); blocks (run it on its own thread).
+  // Serves until stop(); blocks (run it on its own thread). Returns at once
+  // after a stop() that came first.
   void serve();
   // Stops accepting, cancels every request, then lets serve() return once
-  // the connection threads have ended their streams.
+  // the connection threads have ended their streams. Also before serve() has
+  // begun listening (a load that failed right after bind()).
   void stop();
 
  private:

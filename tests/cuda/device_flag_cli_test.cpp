@@ -31,6 +31,21 @@ TEST(DeviceFlag, PlanningDevicesAndUnknownNamesAreUsageErrors) {
   const RunResult r = run_nibble({"logits", shipped(), "--device", "gpu0", "--tokens", "1,2", "--out", "/dev/null"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "unknown device 'gpu0' (host, cuda, cuda:N)")) << r.err;
+  // serve reads the same flags (it once built its options apart and
+  // ignored --device): refused before it opens a socket.
+  const RunResult s = run_nibble({"serve", shipped(), "--device", "sm_120", "--port", "0"});
+  EXPECT_EQ(s.exit_code, 2) << s.err;
+  EXPECT_TRUE(contains(s.err, "sm_120 is a device to plan for")) << s.err;
+  EXPECT_FALSE(contains(s.err, "listening")) << s.err;
+}
+
+// A GPU serve cannot start: without a GPU, say why; with one, ask for an
+// ordinal it does not have (a serve that started would never return).
+TEST(DeviceFlag, ServeOnAMissingGpuSaysWhy) {
+  const bool gpu = !cuda_probe().devices.empty();
+  const RunResult s = run_nibble({"serve", shipped(), "--device", gpu ? "cuda:99" : "cuda", "--port", "0"});
+  EXPECT_EQ(s.exit_code, 1) << s.err;
+  EXPECT_TRUE(contains(s.err, gpu ? "no CUDA device cuda:99: this machine has" : cuda_probe().error)) << s.err;
 }
 
 TEST(DeviceFlag, CudaRunsTheShippedModelOrSaysWhyNot) {
