@@ -96,6 +96,10 @@ done
 if grep -qE ' cpu_[a-z0-9_]+ \((linear|moe)\)$' "$RESULTS/explain.log"; then
   fail_check explain "a group planned on a CPU kernel (explain.log)"
 fi
+# The shipped model's next-token distributions on the GPU against the CPU's
+# exact kernels over held-out text (KL in nats: what BF16 activations cost).
+step -optional kld_gpu 60 "$nibble" kld models/dsv4-tiny --text models/dsv4-tiny/heldout.txt --tokens 256 \
+  --base-moe-backend auto --base-linear-backend auto --device cuda
 # The benchmarks: one JSON line per row; a skipped one with a GPU present fails.
 bench() {
   local name=$1 limit=$2
@@ -159,6 +163,7 @@ fi
   echo
   echo "=== the whole model: gpu vs cpu (test_cuda), bench decode --device cuda (Flash-shaped, 2 layers)"
   grep -h '^\[ gpu vs cpu \]' "$RESULTS/test_cuda.log" | cut -c1-300
+  grep -E '^(base |test |Mean    KLD|Maximum KLD|Same top)' "$RESULTS/kld_gpu.log" 2>/dev/null
   if [ -s "$RESULTS/flash_decode.json" ]; then
     sed -E 's/[{}"]//g' "$RESULTS/flash_decode.json" | awk -F, '{
       for (i = 1; i <= NF; i++) { split($i, kv, ": "); gsub(/ /, "", kv[1]); v[kv[1]] = kv[2] }

@@ -44,6 +44,8 @@ const std::vector<OptionSpec> kOptions = {
     {"--base-linear-backend", "NAME", "kernel of the base run's other matrix ops (default cpu_ref)"},
     {"--moe-backend", "NAME", "routed-experts kernel of the test run (default auto)"},
     {"--linear-backend", "NAME", "kernel of the test run's other matrix ops (default auto)"},
+    {"--device", "NAME", "where the test run runs: host (default) or cuda / cuda:N (the GPU against the CPU's base "
+                         "run)"},
     {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
     {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--bandwidth", "GBPS", "memory bandwidth the planner assumes (default: not measured; it does not change the CPU plan)"},
@@ -70,12 +72,14 @@ std::string read_text_file(const std::string& path) {
 
 struct Side {
   std::string moe_flag, linear_flag;  // as given: a kernel name or "auto"
+  std::string device = "host";        // the base run's is always host
   std::unique_ptr<Engine> engine;
   double seconds = 0;
 };
 
 nlohmann::json side_json(const Side& s, double ppl) {
-  return {{"moe_backend", s.moe_flag},
+  return {{"device", s.engine->device()},
+          {"moe_backend", s.moe_flag},
           {"linear_backend", s.linear_flag},
           {"moe_kernels", s.engine->kernels("moe")},
           {"linear_kernels", s.engine->kernels("linear")},
@@ -116,15 +120,20 @@ int run_kld(const std::vector<std::string>& argv) {
     fail("--text: ", text_path, " encodes to ", stream.size(), " token", stream.size() == 1 ? "" : "s",
          "; at least 2 are needed");
 
-  Side base{args.str("--base-moe-backend", "cpu_ref"), args.str("--base-linear-backend", "cpu_ref"), nullptr, 0};
-  Side test{args.str("--moe-backend", "auto"), args.str("--linear-backend", "auto"), nullptr, 0};
+  Side base, test;
+  base.moe_flag = args.str("--base-moe-backend", "cpu_ref");
+  base.linear_flag = args.str("--base-linear-backend", "cpu_ref");
+  test.moe_flag = args.str("--moe-backend", "auto");
+  test.linear_flag = args.str("--linear-backend", "auto");
   check_backend_name("--base-moe-backend", base.moe_flag, true);
   check_backend_name("--base-linear-backend", base.linear_flag, false);
   check_backend_name("--moe-backend", test.moe_flag, true);
   check_backend_name("--linear-backend", test.linear_flag, false);
   const int threads = threads_arg(args);
+  test.device = device_arg(args);
   for (Side* s : {&base, &test}) {
     EngineOptions opt;
+    opt.device = s->device;
     opt.threads = threads;
     opt.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
     opt.moe_backend = s->moe_flag;
@@ -138,7 +147,8 @@ int run_kld(const std::vector<std::string>& argv) {
       if (s == &base)
         fail("base run (--base-moe-backend ", s->moe_flag, ", --base-linear-backend ", s->linear_flag,
              "): ", e.what());
-      fail("test run (--moe-backend ", s->moe_flag, ", --linear-backend ", s->linear_flag, "): ", e.what());
+      fail("test run (--device ", s->device, ", --moe-backend ", s->moe_flag, ", --linear-backend ", s->linear_flag,
+           "): ", e.what());
     }
   }
   const int64_t vocab = base.engine->vocab_size();
@@ -220,9 +230,9 @@ int run_kld(const std::vector<std::string>& argv) {
   std::printf("model %s, text %s: %lld positions in %zu chunk%s of up to %lld tokens\n", dir.c_str(),
               text_path.c_str(), (long long)s.positions, n_chunks, n_chunks == 1 ? "" : "s", (long long)ctx);
   for (const Side* side : {&base, &test})
-    std::printf("%-5s: --moe-backend %s (%s), --linear-backend %s (%s); %.2f s\n", side == &base ? "base" : "test",
-                side->moe_flag.c_str(), side->engine->kernels("moe").c_str(), side->linear_flag.c_str(),
-                side->engine->kernels("linear").c_str(), side->seconds);
+    std::printf("%-5s: %s, --moe-backend %s (%s), --linear-backend %s (%s); %.2f s\n", side == &base ? "base" : "test",
+                side->engine->device().c_str(), side->moe_flag.c_str(), side->engine->kernels("moe").c_str(),
+                side->linear_flag.c_str(), side->engine->kernels("linear").c_str(), side->seconds);
   std::printf("\n====== Perplexity statistics ======\n");
   std::printf("PPL(base)                   : %12.6f\n", s.ppl_base);
   std::printf("PPL(test)                   : %12.6f\n", s.ppl_test);

@@ -303,6 +303,8 @@ TEST(KldCommand, DefaultKernelsMeanKlWithinF32Rounding) {
   EXPECT_EQ(j.at("positions").get<int>(), positions);
   EXPECT_EQ(j.at("chunks").get<int>(), (positions + 510) / 511);
   EXPECT_EQ(j.at("test").at("moe_backend"), "auto");
+  EXPECT_EQ(j.at("test").at("device"), "host");
+  EXPECT_EQ(j.at("base").at("device"), "host");
   const double mean = j.at("kld").at("mean").get<double>();
   EXPECT_LE(mean, kExactMeanKl);
   EXPECT_LE(j.at("kld").at("max").get<double>(), kExactMeanKl);  // the bound holds per position
@@ -355,7 +357,8 @@ TEST(KldCommand, TextReport) {
   auto r = run_nibble({"kld", kModel, "--text", dir.str("t.txt"), "--ctx", "8", "--bandwidth", "10"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* line : {"Mean    KLD:", "99.0%   KLD:", "Median  KLD:", "Maximum KLD:", "PPL(base)", "PPL(test)",
-                           "Same top", "chunks of up to 8 tokens", "base : --moe-backend cpu_ref (cpu_ref)"})
+                           "Same top", "chunks of up to 8 tokens", "base : host, --moe-backend cpu_ref (cpu_ref)",
+                           "test : host, --moe-backend auto"})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
 }
 
@@ -383,6 +386,8 @@ TEST(KldCommand, Errors) {
   expect_error({"kld", kModel, "--text", dir.str("one.txt")}, "encodes to 1 token; at least 2 are needed");
   testing::write_text(dir.str("bad.txt"), std::string("ok \xff\xfe"));
   expect_error({"kld", kModel, "--text", dir.str("bad.txt")}, "not valid UTF-8");
+  // The test run may go to a GPU; the planning devices are usage errors.
+  expect_error({"kld", kModel, "--text", kHeldout, "--device", "sm_90"}, "sm_90 is a device to plan for");
   if (shipped_model_present()) {
     expect_error({"kld", kModel, "--text", kHeldout, "--moe-backend", "no_such_kernel", "--bandwidth", "10"},
                  "no_such_kernel");
