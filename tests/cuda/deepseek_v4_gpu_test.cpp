@@ -55,7 +55,7 @@ double bound_fraction(const std::string& dir) {
   return double(kRoundingsPerLayer * layers_of(dir) + 1) * kBf16Roundoff;
 }
 
-size_t argmax(const float* v, int64_t n) { return size_t(std::max_element(v, v + n) - v); }
+size_t first_max(const float* v, int64_t n) { return size_t(std::max_element(v, v + n) - v); }
 
 // The two largest values' difference.
 double top2_gap(const float* v, int64_t n) {
@@ -83,7 +83,7 @@ double expect_rows_close(const std::vector<float>& want, const std::vector<float
     worst = std::max(worst, err / std::max(scale, 1e-6));
     EXPECT_LE(err, tol) << what << ", row " << r << ": max |gpu - cpu| " << err << " over a bound of " << tol;
     if (top2_gap(w, V) > 2 * tol) {
-      EXPECT_EQ(argmax(w, V), argmax(g, V)) << what << ", row " << r;
+      EXPECT_EQ(first_max(w, V), first_max(g, V)) << what << ", row " << r;
     }
   }
   return worst;
