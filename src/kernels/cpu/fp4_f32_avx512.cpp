@@ -105,6 +105,7 @@ struct Masked {
   static constexpr bool value = B;
 };
 
+
 // Lane scales of group g of a row's scales (all of it, or the `rem` columns
 // of a partial last group).
 template <bool kNv>
@@ -145,10 +146,12 @@ inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, cons
 #pragma GCC unroll 4
   for (int b = 0; b < 4; ++b) {
     for (int r = 0; r < R; ++r) {
-      // One row: the shifted copies by vpsrld from the one load (see
-      // "Decoding" above); more rows: from the load ports.
-      const __m512i v = R == 1 && b > 0 ? _mm512_srli_epi32(codes_from<kMasked>(p[r], n, 0), 8 * b)
-                                        : codes_from<kMasked>(p[r], n, b);
+      // One row of up to 4 tokens: the shifted copies by vpsrld from the
+      // one load (see "Decoding" above); more rows, or the many-token
+      // path's 8 tokens (whose FMAs want every vector port): from the load
+      // ports.
+      const __m512i v = R == 1 && T <= 4 && b > 0 ? _mm512_srli_epi32(codes_from<kMasked>(p[r], n, 0), 8 * b)
+                                                  : codes_from<kMasked>(p[r], n, b);
       for (int h = 0; h < 2; ++h) {
         const int k = 2 * b + h;
         const __m512 w = _mm512_permutexvar_ps(h == 0 ? v : _mm512_srli_epi32(v, 4), table);
@@ -235,13 +238,80 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* 
   }
 }
 
+// Many tokens: kManyTokens per pass, one row at a time (R = 1), so each
+// decoded weight vector feeds 8 FMAs (at 4 rows x 4 tokens, 4; and the 16
+// temporaries plus 16 accumulators there outnumber the registers). Per 128
+// weights: 4 loads, 4 shifts, 8 vpermps, 72 FMAs (64 products, 8 scale
+// steps), so the vector ports can run at 64 / 84 of the FMA peak; 8
+// temporaries, 8 accumulators, the table and the scale fit in registers.
+// One row's 8 tokens read 4 KB of activations per group, so rows go in
+// blocks of kManyRows over chunks of kManyGroups groups (16 KB of
+// activations, in L1 while the block's rows pass over them); between
+// chunks a row's accumulators wait in memory, which changes no result. Per
+// (row, token) pair this is group_step's arithmetic in group_step's order
+// (the batch invariance above): the same results as passes of 1..4 tokens.
+constexpr int kManyTokens = kFp4ManyTokensAvx512;
+constexpr int64_t kManyRows = 16;
+constexpr int64_t kManyGroups = 4;
+
+template <bool kNv>
+void fp4_range_many(const RawWeights& w, int64_t r0, int64_t r1, const float* const* x, int64_t t0,
+                    const RowsOut& out) {
+  constexpr int T = kManyTokens;
+  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
+  const int64_t full = cols / kCols, rem = cols % kCols;
+  const int64_t groups = full + (rem > 0 ? 1 : 0);
+  const int64_t plain = rem > 0 ? full : full - 1;  // as in fp4_rows
+  const float scale = kNv ? 256.0f * w.global_scale : 1.0f;
+  alignas(64) float state[kManyRows * T * 16];
+  for (int64_t rb = r0; rb < r1; rb += kManyRows) {
+    const int64_t nr = r1 - rb < kManyRows ? r1 - rb : kManyRows;
+    for (int64_t i = 0; i < nr * T * 16; i += 16) _mm512_store_ps(state + i, _mm512_setzero_ps());
+    for (int64_t g0 = 0; g0 < groups; g0 += kManyGroups) {
+      const int64_t g1 = g0 + kManyGroups < groups ? g0 + kManyGroups : groups;
+      const int64_t g_plain = g1 < plain ? g1 : plain;
+      for (int64_t i = 0; i < nr; ++i) {
+        const uint8_t* wrow = w.data + (rb + i) * wbytes;
+        const uint8_t* srow = w.scales + (rb + i) * sbytes;
+        float* st = state + i * T * 16;
+        __m512 acc[1][T];
+        for (int t = 0; t < T; ++t) acc[0][t] = _mm512_load_ps(st + 16 * t);
+        // This row's next chunk, ahead of its use (a block's rows are
+        // kManyRows separate streams; a prefetch past the data is harmless).
+        _mm_prefetch(reinterpret_cast<const char*>(wrow + 64 * g1), _MM_HINT_T0);
+        const float* xg[T];
+        auto group = [&](int64_t g, int64_t n, int64_t srem, auto masked) __attribute__((always_inline)) {
+          const uint8_t* p = wrow + 64 * g;
+          const __m512 s = group_scales<kNv>(srow, g, srem);
+          for (int t = 0; t < T; ++t) xg[t] = x[t] + kCols * g;
+          group_step<1, T, decltype(masked)::value>(&p, n, &s, xg, acc);
+        };
+        for (int64_t g = g0; g < g_plain; ++g) group(g, 64, 0, Masked<false>{});
+        if (plain < full && plain >= g0 && plain < g1) group(plain, 64, 0, Masked<true>{});
+        if (rem > 0 && full >= g0 && full < g1) group(full, rem / 2, rem, Masked<true>{});
+        for (int t = 0; t < T; ++t) _mm512_store_ps(st + 16 * t, acc[0][t]);
+      }
+    }
+    for (int64_t i = 0; i < nr; ++i) {
+      float dots[T];
+      for (int t = 0; t < T; ++t) dots[t] = _mm512_reduce_add_ps(_mm512_load_ps(state + (i * T + t) * 16));
+      store_row<T>(out, rb + i, t0, dots, scale);
+    }
+  }
+}
+
 template <int T>
 void fp4_range_at(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
                   const RowsOut& out) {
   const float* x[T];
   for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const float*>(acts[t]);
-  if (w.kind == WeightKind::nvfp4) fp4_range<T, true>(w, r0, r1, x, t0, out);
-  else fp4_range<T, false>(w, r0, r1, x, t0, out);
+  if constexpr (T == kManyTokens) {
+    if (w.kind == WeightKind::nvfp4) fp4_range_many<true>(w, r0, r1, x, t0, out);
+    else fp4_range_many<false>(w, r0, r1, x, t0, out);
+  } else {
+    if (w.kind == WeightKind::nvfp4) fp4_range<T, true>(w, r0, r1, x, t0, out);
+    else fp4_range<T, false>(w, r0, r1, x, t0, out);
+  }
 }
 
 }  // namespace
@@ -264,6 +334,7 @@ void fp4_f32_prepare_avx512(const float* x, int64_t cols, float* out) {
 void fp4_f32_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
                          int64_t t0, const RowsOut& out) {
   switch (n_tok) {
+    case kManyTokens: fp4_range_at<kManyTokens>(w, r0, r1, acts, t0, out); break;
     case 1: fp4_range_at<1>(w, r0, r1, acts, t0, out); break;
     case 2: fp4_range_at<2>(w, r0, r1, acts, t0, out); break;
     case 3: fp4_range_at<3>(w, r0, r1, acts, t0, out); break;

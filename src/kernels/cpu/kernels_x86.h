@@ -93,8 +93,9 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
                         const RowsOut& out);
 // The exact FP4 path (fp4_f32_avx512.cpp), called by the two above: one
 // token's f32_fp4 layout (stride acts_stride_avx512(f32_fp4, cols)), and FP4
-// rows [r0, r1) x tokens [t0, t0 + n_tok) (1 <= n_tok <= 4) for the token
-// rows acts[0 .. n_tok).
+// rows [r0, r1) x tokens [t0, t0 + n_tok) (1 <= n_tok <= 4, or
+// kFp4ManyTokensAvx512) for the token rows acts[0 .. n_tok).
+constexpr int kFp4ManyTokensAvx512 = 8;
 void fp4_f32_prepare_avx512(const float* x, int64_t cols, float* out);
 void fp4_f32_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                          int n_tok, int64_t t0, const RowsOut& out);

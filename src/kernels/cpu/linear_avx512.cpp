@@ -572,9 +572,21 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
   int64_t tile = (256 * 1024) / rb;
   if (tile < 4) tile = 4;
   if (a.n <= kTokens) tile = r1 - r0;
+  // Exact FP4: passes of kFp4ManyTokensAvx512 while that many are left
+  // (fp4_f32_avx512.cpp: each decoded weight serves them all), then as
+  // below.
+  const bool fp4_many = a.cls == ActsClass::f32_fp4 && (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
     for (int64_t t0 = 0, nt = 0; t0 < a.n; t0 += nt) {
+      if (fp4_many && a.n - t0 >= kFp4ManyTokensAvx512) {
+        nt = kFp4ManyTokensAvx512;
+        const uint8_t* acts[kFp4ManyTokensAvx512];
+        for (int64_t t = 0; t < nt; ++t)
+          acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+        fp4_f32_rows_avx512(w, rt, re, acts, int(nt), t0, out);
+        continue;
+      }
       nt = pass_tokens(a.n - t0, kTokens);
       switch (nt) {
         case 1: rows_tokens_at<1>(w, rt, re, a, t0, out); break;
