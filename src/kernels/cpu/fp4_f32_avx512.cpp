@@ -105,7 +105,6 @@ struct Masked {
   static constexpr bool value = B;
 };
 
-
 // Lane scales of group g of a row's scales (all of it, or the `rem` columns
 // of a partial last group).
 template <bool kNv>
