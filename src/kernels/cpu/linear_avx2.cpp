@@ -627,8 +627,7 @@ template <int T>
 void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, int64_t t0,
                     const RowsOut& out) {
   const uint8_t* acts[T];
-  for (int t = 0; t < T; ++t)
-    acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+  token_rows(a, t0, T, acts);
   rows_tokens<T>(w, r0, r1, acts, t0, a.cls, out);
 }
 
@@ -695,8 +694,7 @@ void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const Prepare
       for (int64_t t0 = 0; t0 < a.n; t0 += kFp8MaxTokens) {
         const int64_t nt = a.n - t0 < kFp8MaxTokens ? a.n - t0 : kFp8MaxTokens;
         const uint8_t* acts[kFp8MaxTokens];
-        for (int64_t t = 0; t < nt; ++t)
-          acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+        token_rows(a, t0, nt, acts);
         if (fp4_many) fp4_f32_rows_avx2(w, rt, re, acts, int(nt), t0, out);
         else fp8_rows_tokens(w, rt, re, acts, nt, t0, out);
       }

@@ -521,8 +521,7 @@ template <int T>
 void rows_tokens_at(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a, int64_t t0,
                     const RowsOut& out) {
   const uint8_t* acts[T];
-  for (int t = 0; t < T; ++t)
-    acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+  token_rows(a, t0, T, acts);
   rows_tokens<T>(w, r0, r1, acts, t0, a.cls, out);
 }
 
@@ -572,14 +571,14 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
   int64_t tile = (256 * 1024) / rb;
   if (tile < 4) tile = 4;
   if (a.n <= kTokens) tile = r1 - r0;
-  // Exact FP4 from 32 tokens: passes of kFp4ManyTokensAvx512 while that
-  // many are left (fp4_f32_avx512.cpp: each decoded weight serves them
-  // all), then as below. (Resident 4096^2 MXFP4 / NVFP4, one thread, a
+  // Exact FP4 from kFp4ManyFromTokensAvx512 (32) tokens: passes of
+  // kFp4ManyTokensAvx512 while that many are left (fp4_f32_avx512.cpp: each
+  // decoded weight serves them all), then as below. (Resident 4096^2 MXFP4 / NVFP4, one thread, a
   // noisy KVM Xeon, best of 30-40 calls, interleaved rounds: 32-256 tokens
   // ahead in all 10 comparisons, +2% to +39%, median +11%; 8 and 16 tokens
   // from -16% to +18%, the noise, so they keep the passes of 4;
   // bench/results/0900_fp4_many_tokens_avx512.txt.)
-  const bool fp4_many = a.n >= 32 && a.cls == ActsClass::f32_fp4 &&
+  const bool fp4_many = a.n >= kFp4ManyFromTokensAvx512 && a.cls == ActsClass::f32_fp4 &&
                         (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
@@ -587,8 +586,7 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
       if (fp4_many && a.n - t0 >= kFp4ManyTokensAvx512) {
         nt = kFp4ManyTokensAvx512;
         const uint8_t* acts[kFp4ManyTokensAvx512];
-        for (int64_t t = 0; t < nt; ++t)
-          acts[t] = a.data + (a.token_index ? a.token_index[t0 + t] : t0 + t) * a.stride;
+        token_rows(a, t0, nt, acts);
         fp4_f32_rows_avx512(w, rt, re, acts, int(nt), t0, out);
         continue;
       }
