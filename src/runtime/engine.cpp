@@ -293,11 +293,13 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
   std::vector<std::vector<float>> hidden(batch.size());  // drafting sequences: the rows their MTP layer reads
   const int64_t capture = impl_->model->has_draft() ? capture_rows_wanted(*impl_->model) : 0;
   // Inputs that draw their token in the step (StepInput::sample): on the
-  // backend (draws[i] set) or here from the logits. The samplers as they
-  // were, so that a failed step leaves their streams untouched too.
+  // backend (draws[i] set) or here from the logits. The samplers' stream
+  // positions as they were, so that a failed step leaves their streams
+  // untouched too (only next_draw() below moves a sampler before the step
+  // succeeds: its penalty counts change in take_draws, after it).
   std::vector<DrawParams> draws(batch.size());
   std::vector<int32_t> drawn(batch.size(), -1);
-  std::vector<std::optional<Sampler>> before(batch.size());
+  std::vector<std::optional<uint64_t>> before(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     const StepInput& in = batch[i];
     if (!in.sample) continue;
@@ -318,7 +320,7 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
     s.id = in.seq;
     s.rows = !in.want_logits || in.tokens.empty() ? LogitRows::none : in.all_logits ? LogitRows::all : LogitRows::last;
     Sampler* sampler = in.sample ? busy.held[i]->sampler.get() : nullptr;
-    if (sampler) before[i] = *sampler;
+    if (sampler) before[i] = sampler->stream_position();
     if (sampler && sampler->draws_on_backend()) {
       draws[i] = sampler->next_draw();
       s.draw = &draws[i];
@@ -367,7 +369,7 @@ std::vector<std::vector<float>> Engine::step(std::span<const StepInput> batch, S
       impl_->model->step(steps, stats);
     } catch (...) {
       for (size_t i = 0; i < batch.size(); ++i)
-        if (before[i]) *busy.held[i]->sampler = std::move(*before[i]);
+        if (before[i]) busy.held[i]->sampler->rewind_stream(*before[i]);
       throw;
     }
     record();

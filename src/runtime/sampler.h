@@ -68,6 +68,11 @@ class Sampler {
   // sample()'s); record() the id that comes back.
   bool draws_on_backend() const { return !has_penalties() && !config_.observe; }
   DrawParams next_draw();
+  // The random stream's position, and a return to one: a caller that draws
+  // with next_draw() ahead of a step that may fail puts the stream back
+  // (only next_draw() moves it before record(); the counts stay).
+  uint64_t stream_position() const { return state_; }
+  void rewind_stream(uint64_t position) { state_ = position; }
 
   // The distribution sample() draws from: (id, probability) of every token
   // that survives the filters, probabilities summing to 1. Exposed for tests.
