@@ -198,15 +198,10 @@ class ReadProbe {
     const double c0 = cpu_clock ? thread_cpu_ms() : 0;
     auto t0 = Clock::now();
     auto job = [&](int64_t b, int64_t e, int) {
-      // 8 independent accumulators: enough loads in flight to saturate DRAM.
-      // It prefetches 1 KB ahead like the kernels do, so that it is never
-      // the weaker reader of the two.
-      uint64_t a[8] = {};
-      for (int64_t l = b; l < e; ++l) {
-        __builtin_prefetch(p + l * 8 + 128);
-        for (int k = 0; k < 8; ++k) a[k] ^= p[l * 8 + k];
-      }
-      sink_.fetch_xor(a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7], std::memory_order_relaxed);
+      // Several streams per thread, prefetched like the kernels' weights, so
+      // that the probe is never the weaker reader of the two (read_lines.cpp).
+      const uint8_t* start = reinterpret_cast<const uint8_t*>(p + b * 8);
+      sink_.fetch_xor(read_lines(start, size_t(e - b) * 64), std::memory_order_relaxed);
     };
     if (pool_) pool_->parallel_for(lines, job, 64);
     else job(0, lines, 0);

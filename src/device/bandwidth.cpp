@@ -13,22 +13,7 @@
 
 namespace nibble {
 
-uint64_t read_sum_avx2(const uint8_t* p, size_t bytes);
-
 namespace {
-
-uint64_t read_sum_scalar(const uint8_t* p, size_t bytes) {
-  const uint64_t* q = reinterpret_cast<const uint64_t*>(p);
-  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  size_t n = bytes / 8, i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a0 ^= q[i];
-    a1 ^= q[i + 1];
-    a2 ^= q[i + 2];
-    a3 ^= q[i + 3];
-  }
-  return a0 ^ a1 ^ a2 ^ a3;
-}
 
 struct FreeDeleter {
   void operator()(uint8_t* p) const { std::free(p); }
@@ -52,7 +37,6 @@ double measure_read_bandwidth_gbps(int threads, size_t bytes, int repeats) {
         std::memcpy(p + pg * 4096 + i, &v, 8);
       }
   });
-  const bool avx2 = host_cpu_features().avx2;
   std::vector<uint64_t> sink(size_t(pool.size()), 0);
   double best = 0;
   for (int r = 0; r < repeats + 1; ++r) {  // the first pass is a warm-up
@@ -60,7 +44,7 @@ double measure_read_bandwidth_gbps(int threads, size_t bytes, int repeats) {
     pool.parallel_for(pages, [&](int64_t b, int64_t e, int t) {
       const uint8_t* start = p + b * 4096;
       size_t len = size_t(e - b) * 4096;
-      sink[size_t(t)] ^= avx2 ? read_sum_avx2(start, len) : read_sum_scalar(start, len);
+      sink[size_t(t)] ^= read_lines(start, len);
     });
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0 && s > 0) best = std::max(best, double(bytes) / s / 1e9);

@@ -54,4 +54,9 @@ std::vector<std::string> named_device_list();
 // the last-level cache) with `threads` threads, best of `repeats`.
 double measure_read_bandwidth_gbps(int threads, size_t bytes = size_t(1) << 30, int repeats = 3);
 
+// XOR of [p, p + bytes), read the way both bandwidth probes read memory (as
+// 8 interleaved streams: read_lines.cpp says why); the result only keeps
+// the reads from being optimised away.
+uint64_t read_lines(const uint8_t* p, size_t bytes);
+
 }  // namespace nibble
