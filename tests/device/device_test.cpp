@@ -85,13 +85,13 @@ TEST(HostDevice, BandwidthFlagOverridesMeasurement) {
 TEST(Bandwidth, MeasuresSomethingPlausible) {
   // A small buffer (cache-resident; real measurements use >= 512 MiB), best
   // of 20 passes on the calling thread (a second pool thread would add its
-  // wake-up latency, milliseconds on a loaded machine). Upper bound: a core loads at most 3 x 32
-  // bytes per cycle (3 load ports on the widest current x86 cores; the
-  // probe's loads are 16 bytes or less) at <= 6 GHz, 576 GB/s per thread.
-  // Lower bound: the probe reads >= 8 bytes per instruction, >= 8 GB/s per thread at 1 GHz and one
-  // instruction per cycle; 1 GB/s leaves a factor 8 for a machine shared
-  // with other builds. A probe that times the wrong thing (an empty loop,
-  // a unit slip of 1e3) falls outside.
+  // wake-up latency, milliseconds on a loaded machine). Upper bound: a core
+  // loads at most 3 x 32 bytes per cycle (3 load ports on the widest current
+  // x86 cores; the probe's loads are 16 bytes or less) at <= 6 GHz, 576 GB/s
+  // per thread. Lower bound: the probe reads >= 8 bytes per instruction, >= 8
+  // GB/s per thread at 1 GHz and one instruction per cycle; 1 GB/s leaves a
+  // factor 8 for a machine shared with other builds. A probe that times the
+  // wrong thing (an empty loop, a unit slip of 1e3) falls outside.
   const int threads = 1;
   double gbps = measure_read_bandwidth_gbps(threads, size_t(8) << 20, 20);
   std::printf("8 MiB read with %d threads: %.1f GB/s\n", threads, gbps);

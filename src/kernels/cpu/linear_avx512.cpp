@@ -573,11 +573,11 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
   if (a.n <= kTokens) tile = r1 - r0;
   // Exact FP4 from kFp4ManyFromTokensAvx512 (32) tokens: passes of
   // kFp4ManyTokensAvx512 while that many are left (fp4_f32_avx512.cpp: each
-  // decoded weight serves them all), then as below. (Resident 4096^2 MXFP4 / NVFP4, one thread, a
-  // noisy KVM Xeon, best of 30-40 calls, interleaved rounds: 32-256 tokens
-  // ahead in all 10 comparisons, +2% to +39%, median +11%; 8 and 16 tokens
-  // from -16% to +18%, the noise, so they keep the passes of 4;
-  // bench/results/0900_fp4_many_tokens_avx512.txt.)
+  // decoded weight serves them all), then as below. (Resident 4096^2 MXFP4 /
+  // NVFP4, one thread, a noisy KVM Xeon, best of 30-40 calls, interleaved
+  // rounds: 32-256 tokens ahead in all 10 comparisons, +2% to +39%, median
+  // +11%; 8 and 16 tokens from -16% to +18%, the noise, so they keep the
+  // passes of 4; bench/results/0900_fp4_many_tokens_avx512.txt.)
   const bool fp4_many = a.n >= kFp4ManyFromTokensAvx512 && a.cls == ActsClass::f32_fp4 &&
                         (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
   for (int64_t rt = r0; rt < r1; rt += tile) {
