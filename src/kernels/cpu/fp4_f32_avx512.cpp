@@ -275,9 +275,14 @@ void fp4_range_many(const RawWeights& w, int64_t r0, int64_t r1, const float* co
         float* st = state + i * T * 16;
         __m512 acc[1][T];
         for (int t = 0; t < T; ++t) acc[0][t] = _mm512_load_ps(st + 16 * t);
-        // This row's next chunk, ahead of its use (a block's rows are
-        // kManyRows separate streams; a prefetch past the data is harmless).
-        _mm_prefetch(reinterpret_cast<const char*>(wrow + 64 * g1), _MM_HINT_T0);
+        // This row's next chunk, all its lines, a block's worth of work
+        // ahead of its use (a block's rows are kManyRows separate streams);
+        // after the row's last chunk, the first chunk of the same row of
+        // the next block (else each block would start on kManyRows demand
+        // misses). A prefetch past the data is harmless.
+        const uint8_t* ahead = g1 < groups ? wrow + 64 * g1 : w.data + (rb + nr + i) * wbytes;
+        for (int64_t b = 0; b < 64 * kManyGroups; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
         const float* xg[T];
         auto group = [&](int64_t g, int64_t n, int64_t srem, auto masked) __attribute__((always_inline)) {
           const uint8_t* p = wrow + 64 * g;

@@ -101,10 +101,9 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
 // token's f32_fp4 layout (stride acts_stride_avx512(f32_fp4, cols)), and FP4
 // rows [r0, r1) x tokens [t0, t0 + n_tok) (1 <= n_tok <= 4, or
 // kFp4ManyTokensAvx512) for the token rows acts[0 .. n_tok).
-// linear_rows_avx512 runs passes of kFp4ManyTokensAvx512 from
-// kFp4ManyFromTokensAvx512 tokens per call (measured where it is used).
+// linear_rows_avx512 runs passes of kFp4ManyTokensAvx512 while that many
+// tokens are left (measured where it is used).
 constexpr int kFp4ManyTokensAvx512 = 8;
-constexpr int kFp4ManyFromTokensAvx512 = 32;
 void fp4_f32_prepare_avx512(const float* x, int64_t cols, float* out);
 void fp4_f32_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts,
                          int n_tok, int64_t t0, const RowsOut& out);

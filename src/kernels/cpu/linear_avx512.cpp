@@ -471,6 +471,92 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
   }
 }
 
+// FP8 rows [r0, r1) x kManyTokens tokens from t0, one row at a time
+// (R = 1), so each decoded weight vector feeds 8 FMAs. fp8_rows at 4 rows x
+// 4 tokens shares a decode among 4 (and its 16 temporaries plus 16
+// accumulators spill); here 8 temporaries, 8 accumulators and the two
+// weight vectors fit in registers. Per 32 weights: 1 load, 5 decode ops,
+// 16 FMAs. One row's 8 tokens read 4 KB of activations per tile, so rows go
+// in blocks of kManyRows (in one 128-row band: one set of tile scales)
+// over chunks of kFp8ManyTiles tiles (16 KB of activations, in L1 while the
+// block's rows pass over them); between chunks a row's accumulators wait
+// in memory, which changes no result. Per (row, token) pair this is
+// fp8_rows's arithmetic in its order, and fp8_range's (a horizontal sum per
+// 64 tiles, the sums added from 0): the same results as passes of 1..4.
+// (Tried for BF16 too, with bf16_rows's one chain per pair: from DRAM it ran
+// at 0.72-0.85x the passes of 4, interleaved A/B, so BF16 keeps those.)
+constexpr int kManyTokens = 8;
+constexpr int64_t kManyRows = 16;
+constexpr int64_t kFp8ManyTiles = 4;
+
+void fp8_range_many(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                    const RowsOut& out) {
+  constexpr int T = kManyTokens;
+  const int64_t cols = w.cols, tiles = (cols + 127) / 128;
+  const float* x[T];
+  for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const float*>(acts[t]);
+  float tile_scale[64];  // as in fp8_range
+  alignas(64) float state[kManyRows * T * 16];
+  for (int64_t rb = r0; rb < r1;) {
+    const int64_t band = rb / 128, band_end = (band + 1) * 128;
+    const int64_t end = r1 < band_end ? r1 : band_end;
+    const int64_t nr = end - rb < kManyRows ? end - rb : kManyRows;
+    float dots[kManyRows * T] = {};
+    for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
+      const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
+      for (int64_t c = 0; c < nt; ++c) {
+        const int64_t si = band * tiles + c0 + c;
+        const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
+        tile_scale[c] = sv * 256.0f;
+      }
+      for (int64_t i = 0; i < nr * T * 16; i += 16) _mm512_store_ps(state + i, _mm512_setzero_ps());
+      for (int64_t s0 = c0; s0 < c0 + nt; s0 += kFp8ManyTiles) {
+        const int64_t s1 = s0 + kFp8ManyTiles < c0 + nt ? s0 + kFp8ManyTiles : c0 + nt;
+        for (int64_t i = 0; i < nr; ++i) {
+          const uint8_t* wrow = w.data + (rb + i) * cols;
+          // This row's next chunk, all its lines, a block's worth of work
+          // ahead of its use (a block's rows are kManyRows separate
+          // streams); after the row's last chunk, the first chunk of the
+          // same row of the next block (else each block would start on
+          // kManyRows demand misses). A prefetch past the data is harmless.
+          const uint8_t* ahead = s1 < tiles ? wrow + 128 * s1 : w.data + (rb + nr + i) * cols;
+          for (int64_t b = 0; b < kFp8ManyTiles * 128; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+          float* st = state + i * T * 16;
+          __m512 acc[T];
+          for (int t = 0; t < T; ++t) acc[t] = _mm512_load_ps(st + 16 * t);
+          // Tile c of the row (width columns); masked: its chunks read with
+          // masks (the row's last, partial tile), as in fp8_rows.
+          auto tile = [&](int64_t c, int64_t width, auto masked) __attribute__((always_inline)) {
+            __m512 tmp[T];
+            for (int t = 0; t < T; ++t) tmp[t] = _mm512_setzero_ps();
+            for (int64_t col = 0; col < width; col += 32) {
+              const uint8_t* p = wrow + 128 * c + col;
+              __m512 lo, hi;
+              if constexpr (decltype(masked)::value) fp8_chunk(p, width - col, &lo, &hi);
+              else e4m3x32_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), &lo, &hi);
+              for (int t = 0; t < T; ++t) {
+                const float* xt = x[t] + 128 * c + col;
+                tmp[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xt), tmp[t]);
+                tmp[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xt + 16), tmp[t]);
+              }
+            }
+            const __m512 s = _mm512_set1_ps(tile_scale[c - c0]);
+            for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(tmp[t], s, acc[t]);
+          };
+          const int64_t s_full = s1 * 128 <= cols ? s1 : s1 - 1;
+          for (int64_t c = s0; c < s_full; ++c) tile(c, 128, Masked<false>{});
+          if (s_full < s1) tile(s_full, cols - 128 * s_full, Masked<true>{});
+          for (int t = 0; t < T; ++t) _mm512_store_ps(st + 16 * t, acc[t]);
+        }
+      }
+      for (int64_t i = 0; i < nr * T; ++i) dots[i] += _mm512_reduce_add_ps(_mm512_load_ps(state + 16 * i));
+    }
+    for (int64_t i = 0; i < nr; ++i) store_row<T>(out, rb + i, t0, dots + i * T, 1.0f);
+    rb += nr;
+  }
+}
+
 // Rows [r0, r1) x tokens [t0, t0 + T) into out.
 template <int T>
 void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
@@ -571,15 +657,17 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
   int64_t tile = (256 * 1024) / rb;
   if (tile < 4) tile = 4;
   if (a.n <= kTokens) tile = r1 - r0;
-  // Exact FP4 from kFp4ManyFromTokensAvx512 (32) tokens: passes of
-  // kFp4ManyTokensAvx512 while that many are left (fp4_f32_avx512.cpp: each
-  // decoded weight serves them all), then as below. (Resident 4096^2 MXFP4 /
-  // NVFP4, one thread, a noisy KVM Xeon, best of 30-40 calls, interleaved
-  // rounds: 32-256 tokens ahead in all 10 comparisons, +2% to +39%, median
-  // +11%; 8 and 16 tokens from -16% to +18%, the noise, so they keep the
-  // passes of 4; bench/results/0900_fp4_many_tokens_avx512.txt.)
-  const bool fp4_many = a.n >= kFp4ManyFromTokensAvx512 && a.cls == ActsClass::f32_fp4 &&
-                        (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
+  // Exact FP4 and FP8: passes of 8 tokens while that many are left
+  // (fp4_range_many, fp8_range_many: each decoded weight serves them all,
+  // one row at a time), then passes of up to 4. Two threads from DRAM,
+  // interleaved A/B against passes of 4, median time: MXFP4 8 / 16 tokens
+  // 1.15 / 1.21x faster at 4096^2 and 1.07 / 1.08x at 16384^2, NVFP4 4096^2
+  // 1.17 / 1.13x, FP8 4096^2 1.19 / 1.09x and 16384^2 1.23x at 8
+  // (bench/results/1500_many_token_passes.txt). Until the prefetch of the
+  // next block's rows (see there), FP4 lost at 8-16 tokens to the noise and
+  // ran these passes only from 32 tokens on.
+  const bool fp4_many = a.cls == ActsClass::f32_fp4 && (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
+  const bool fp8_many = w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32;
   for (int64_t rt = r0; rt < r1; rt += tile) {
     const int64_t re = rt + tile < r1 ? rt + tile : r1;
     for (int64_t t0 = 0, nt = 0; t0 < a.n; t0 += nt) {
@@ -588,6 +676,13 @@ void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const Prepa
         const uint8_t* acts[kFp4ManyTokensAvx512];
         token_rows(a, t0, nt, acts);
         fp4_f32_rows_avx512(w, rt, re, acts, int(nt), t0, out);
+        continue;
+      }
+      if (fp8_many && a.n - t0 >= kManyTokens) {
+        nt = kManyTokens;
+        const uint8_t* acts[kManyTokens];
+        token_rows(a, t0, nt, acts);
+        fp8_range_many(w, rt, re, acts, t0, out);
         continue;
       }
       nt = pass_tokens(a.n - t0, kTokens);
