@@ -93,7 +93,8 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols);
 // cols must be a multiple of 16.
 void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, uint8_t* out);
 // Rows [r0, r1) of W against all a.n tokens. Weight tiles are reused across
-// tokens in groups of 4, so prefill reads each weight once per row tile.
+// tokens in groups of 8 (exact FP4, FP8) or 4 (the rest), so prefill reads
+// each weight from DRAM once per row tile.
 // FP4 weights run the path a.cls names (f32_fp4 or int8_blocks).
 void linear_rows_avx512(const RawWeights& w, int64_t r0, int64_t r1, const PreparedActs& a,
                         const RowsOut& out);
