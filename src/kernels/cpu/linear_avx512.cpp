@@ -9,9 +9,10 @@
 // Batch invariance: a token's results do not depend on what else is in the
 // call. Every path computes the dot product of a (row, token) pair with the
 // same operations in the same order whatever the number of tokens T per
-// pass (1..4), the rows per block R, the row range a thread was given and
-// the token's place in the batch; T and R only decide which pairs run side
-// by side, and nothing is summed across tokens or rows. FP8: see fp8_rows;
+// pass (1..4; 8 for exact FP4 and FP8), the rows per block R, the row range
+// a thread was given and the token's place in the batch; T and R only
+// decide which pairs run side by side, and nothing is summed across tokens
+// or rows. FP8: see fp8_rows and fp8_range_many;
 // exact FP4: fp4_f32_avx512.cpp; BF16: see bf16_rows; int8 FP4, F32: one
 // row at a time, one accumulator chain per token; int8 activations are
 // quantized per token. tests/kernels/batch_invariance_test.cpp checks it
