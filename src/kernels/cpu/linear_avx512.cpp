@@ -436,6 +436,17 @@ int64_t row_bytes(const RawWeights& w) {
   return w.cols;
 }
 
+// The scales of tiles [c0, c0 + nt) of 128-row band `band`, as f32 with
+// the 2^8 of e4m3x32_to_f32 folded in (both FP8 passes use them).
+void band_tile_scales(const RawWeights& w, int64_t band, int64_t c0, int64_t nt, float* out) {
+  const int64_t tiles = (w.cols + 127) / 128;
+  for (int64_t c = 0; c < nt; ++c) {
+    const int64_t si = band * tiles + c0 + c;
+    const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
+    out[c] = sv * 256.0f;
+  }
+}
+
 // FP8 rows [r0, r1) x tokens [t0, t0 + T): 4 rows at a time within a
 // 128-row band, 64 tiles (8192 columns) of scales at a time.
 template <int T>
@@ -451,11 +462,7 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
     for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
       const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
       if (band != have_band || c0 != have_c0) {
-        for (int64_t c = 0; c < nt; ++c) {
-          const int64_t si = band * tiles + c0 + c;
-          const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
-          tile_scale[c] = sv * 256.0f;
-        }
+        band_tile_scales(w, band, c0, nt, tile_scale);
         have_band = band;
         have_c0 = c0;
       }
@@ -505,11 +512,7 @@ void fp8_range_many(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* 
     float dots[kManyRows * T] = {};
     for (int64_t c0 = 0; c0 < tiles; c0 += 64) {
       const int64_t nt = tiles - c0 < 64 ? tiles - c0 : 64;
-      for (int64_t c = 0; c < nt; ++c) {
-        const int64_t si = band * tiles + c0 + c;
-        const float sv = w.kind == WeightKind::fp8_ue8m0 ? ue8m0_value(w.scales[si]) : load_f32(w.scales + 4 * si);
-        tile_scale[c] = sv * 256.0f;
-      }
+      band_tile_scales(w, band, c0, nt, tile_scale);
       for (int64_t i = 0; i < nr * T * 16; i += 16) _mm512_store_ps(state + i, _mm512_setzero_ps());
       for (int64_t s0 = c0; s0 < c0 + nt; s0 += kFp8ManyTiles) {
         const int64_t s1 = s0 + kFp8ManyTiles < c0 + nt ? s0 + kFp8ManyTiles : c0 + nt;
