@@ -68,10 +68,10 @@ struct PreparedActs {
 };
 
 // rows[i] = the prepared row of token t0 + i, i in [0, n): what the kernels
-// taking an array of token rows (rows_tokens, fp4_f32_rows_*) read.
-inline void token_rows(const PreparedActs& a, int64_t t0, int64_t n, const uint8_t** rows) {
-  for (int64_t i = 0; i < n; ++i) rows[i] = a.data + (a.token_index ? a.token_index[t0 + i] : t0 + i) * a.stride;
-}
+// taking an array of token rows (rows_tokens, fp4_f32_rows_*) read. Defined
+// in linear_cpu.cpp, a baseline file (see the top of this header: an inline
+// definition here could reach a baseline or AVX2 caller as AVX-512 code).
+void token_rows(const PreparedActs& a, int64_t t0, int64_t n, const uint8_t** rows);
 
 // Where a row range's results go: for token t and row r, with
 // i = y_index ? y_index[t] : t,

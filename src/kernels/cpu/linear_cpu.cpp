@@ -275,6 +275,10 @@ void linear_with_kernels(const cpu::IsaKernels& k, const WeightView& w, const fl
   });
 }
 
+void x86::token_rows(const x86::PreparedActs& a, int64_t t0, int64_t n, const uint8_t** rows) {
+  for (int64_t i = 0; i < n; ++i) rows[i] = a.data + (a.token_index ? a.token_index[t0 + i] : t0 + i) * a.stride;
+}
+
 namespace {
 
 void linear_simd(CpuIsa isa, Fp4Acts acts, const WeightView& w, const float* x, int64_t n, float* y,
