@@ -36,6 +36,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--sequences", "LIST", "concurrent sequence counts, comma-separated (default 1,2,4,8,16)"},
     {"-n,--decode-steps", "N", "timed decode steps per row (default 16)"},
     {"--prompt-tokens", "P", "prompt length of every sequence (default 64)"},
+    {"--step-tokens", "N", "most tokens one engine step processes: prefill runs in chunks of this size (default 256, as serve)"},
     {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
     {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--device", "NAME", "host (this machine's CPU, the default) or cuda / cuda:N (a GPU; DeepSeek-V4 models)"},
@@ -115,6 +116,7 @@ int bench_decode(const std::vector<std::string>& argv) {
   const int64_t spec_new = args.integer("--spec-new-tokens", 32, 2, 1 << 20);
 
   EngineOptions opt = engine_options(args);
+  opt.step_tokens = args.integer("--step-tokens", 256, 1, 1 << 20);
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
   auto engine = Engine::load(dir, opt);
   const int64_t V = engine->vocab_size();

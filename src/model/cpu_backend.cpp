@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "device/device.h"
 #include "model/deepseek_v4_indexer.h"
 #include "util/error.h"
 
 namespace nibble {
+
+CpuBackend::CpuBackend(ThreadPool* pool, ForwardProfile* profile, std::optional<CpuIsa> attention_isa)
+    : pool_(pool), profile_(profile), attention_isa_(attention_isa ? *attention_isa : best_cpu_isa(host_cpu_features())) {}
 
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
   if (used_ == buffers_.size()) buffers_.emplace_back();
@@ -90,7 +94,8 @@ void CpuBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s, 
 void CpuBackend::attend(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope,
                         const AttnSeq& seq, Tensor q, Tensor kv, Tensor comp_kv, Tensor comp_score,
                         const IndexerProjections* idx, Tensor o) {
-  attend_cpu(w, s, compress_rope, seq, q.data, kv.data, comp_kv.data, comp_score.data, idx, o.data, pool_, profile_);
+  attend_cpu(w, s, compress_rope, seq, q.data, kv.data, comp_kv.data, comp_score.data, idx, o.data, pool_, profile_,
+             attention_isa_);
 }
 
 void CpuBackend::add_bias(Tensor y, const float* bias) {
@@ -146,8 +151,7 @@ std::unique_ptr<AttentionCache> CpuBackend::new_mla_cache(const MlaShape& s) {
 
 void CpuBackend::mla_attend(const MlaShape& s, const float* kv_b, const MlaSeq& seq, Tensor q, Tensor latent,
                             Tensor k_rope, Tensor o) {
-  if (mla_isa_) mla_attend_cpu(s, kv_b, seq, q.data, latent.data, k_rope.data, o.data, pool_, *mla_isa_);
-  else mla_attend_cpu(s, kv_b, seq, q.data, latent.data, k_rope.data, o.data, pool_);
+  mla_attend_cpu(s, kv_b, seq, q.data, latent.data, k_rope.data, o.data, pool_, attention_isa_);
 }
 
 }  // namespace nibble

@@ -16,10 +16,9 @@ namespace nibble {
 
 class CpuBackend : public Backend {
  public:
-  // mla_isa: the path mla_attend runs (deepseek_v3_attention.h); unset, the
-  // host's best.
-  CpuBackend(ThreadPool* pool, ForwardProfile* profile, std::optional<CpuIsa> mla_isa = std::nullopt)
-      : pool_(pool), profile_(profile), mla_isa_(mla_isa) {}
+  // attention_isa: the path attend and mla_attend run
+  // (deepseek_v4_attention.h, deepseek_v3_attention.h); unset, the host's best.
+  CpuBackend(ThreadPool* pool, ForwardProfile* profile, std::optional<CpuIsa> attention_isa = std::nullopt);
   const char* name() const override { return "cpu"; }
   ForwardProfile* profile() const override { return profile_; }
 
@@ -66,7 +65,7 @@ class CpuBackend : public Backend {
  private:
   ThreadPool* pool_;
   ForwardProfile* profile_;
-  std::optional<CpuIsa> mla_isa_;
+  CpuIsa attention_isa_;
   // The workspace: buffers handed out in order and reused by later steps;
   // they only grow, so steady-state decode allocates nothing here.
   std::vector<std::vector<float>> buffers_;

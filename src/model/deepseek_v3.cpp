@@ -16,18 +16,6 @@ namespace nibble {
 
 namespace {
 
-// The attention follows the linear kernels when they are forced to one ISA
-// (--linear-backend cpu_ref, cpu_avx2*, cpu_avx512*: a reference run stays
-// scalar throughout, an AVX2 run on an AVX-512 host runs AVX2 attention
-// too); otherwise the planned device's best.
-CpuIsa mla_isa_for(const LoadOptions& options, const Device& device) {
-  const std::string& b = options.plan.linear_backend;
-  if (b == "cpu_ref") return CpuIsa::ref;
-  if (b.rfind("cpu_avx512", 0) == 0) return CpuIsa::avx512;
-  if (b.rfind("cpu_avx2", 0) == 0) return CpuIsa::avx2;
-  return best_cpu_isa(device.cpu);
-}
-
 }  // namespace
 
 DeepseekV3Model::DeepseekV3Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,
@@ -37,7 +25,7 @@ DeepseekV3Model::DeepseekV3Model(std::unique_ptr<Checkpoint> ck, const Detection
       max_chunk_(options.max_chunk_tokens),
       pool_(options.threads),
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
-      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get(), mla_isa_for(options, plan_.device))) {
+      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get(), attention_isa_for(options.plan.linear_backend, plan_.device))) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   require_host_device(plan_.device, "DeepSeek-V3");
   cfg_ = parse_deepseek_v3_config(ck_->config(), ck_->file_path("config.json"));

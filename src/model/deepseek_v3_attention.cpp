@@ -5,6 +5,7 @@
 
 #include "device/device.h"
 #include "kernels/cpu/kernels_x86.h"
+#include "model/mla_items.h"
 #include "model/ops.h"
 #include "util/error.h"
 
@@ -43,54 +44,21 @@ void attend_ref(const MlaShape& s, const float* kv_b, const MlaSeq& seq, const f
   });
 }
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-// The SIMD path: one work item per (token, slice of heads), run by the
-// kernels of kernels/cpu/mla_*.cpp. An item reads the cache twice whatever
-// its head count, so slices are as wide as still gives every thread an item
-// (a decode step of one token on 2 threads: two halves of the heads), in
-// whole groups of kMlaGroup. The slicing may follow the thread count because
-// no output depends on it: each head's arithmetic is the same whichever
-// item and group it falls in (kernels_x86.h), so every output is the same
-// whatever the batch and the split (tests/model/deepseek_v3_attention_test).
+// The SIMD path: one work item per (token, slice of heads) (model/mla_items.h),
+// run by the kernels of kernels/cpu/mla_*.cpp.
 void attend_simd(void (*item_fn)(const x86::MlaItem&), const MlaShape& s, const float* kv_b, const MlaSeq& seq,
                  const float* q, const float* L, const float* KR, float* o, ThreadPool* pool) {
-  const int64_t C = s.latent, R = s.rope, N = s.nope, Vd = s.v, H = s.heads, qw = s.q_width();
-  const int64_t G = x86::kMlaGroup, ld = round_up(C, 32), ldr = round_up(R, 16);
-  const int64_t threads = pool ? pool->size() : 1;
-  const int64_t splits = std::max<int64_t>(1, (threads + seq.count - 1) / seq.count);
-  const int64_t slice = std::min(round_up(H, G), round_up((H + splits - 1) / splits, G));
-  const int64_t slices = (H + slice - 1) / slice, groups = slice / G;
-  const int64_t items = seq.count * slices;
-  // Thread i takes items i, i + n, i + 2n, ...: in a prefill chunk later
-  // tokens see more rows, so contiguous ranges would leave the first thread
-  // with the cheap early tokens (3:1 for a chunk from position 0); dealt
-  // round-robin, every thread gets the same mix.
-  auto work = [&](int64_t first, int64_t step) {
-    if (first >= items) return;
-    // Items are token-major: the thread's last item's token sees the most rows.
-    const int64_t last = first + (items - 1 - first) / step * step;
-    const int64_t rows_max = seq.position + last / slices + 1;
-    const int64_t floats = slice * (2 * ld + ldr + 16) + groups * round_up(rows_max, 2) * G;
-    std::vector<float> buf(size_t(floats + 16));
-    float* base = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;
-    x86::MlaItem it{};
-    it.latent = C, it.rope = R, it.nope = N, it.v = Vd, it.scale = s.scale, it.q_stride = qw;
-    it.latent_cache = L, it.k_rope_cache = KR, it.ld = ld, it.ldr = ldr;
-    it.q_abs = base, it.ctx = base + slice * ld, it.q_rope = base + 2 * slice * ld;
-    it.inv_sum = it.q_rope + slice * ldr, it.scores = it.inv_sum + slice * 16;
-    for (int64_t item = first; item < items; item += step) {
-      const int64_t t = item / slices, h0 = item % slices * slice;
-      it.heads = std::min(slice, H - h0);
-      it.q = q + t * H * qw + h0 * qw;
-      it.kv_b = kv_b + h0 * (N + Vd) * C;
-      it.rows = seq.position + t + 1;
-      it.o = o + t * H * Vd + h0 * Vd;
-      item_fn(it);
-    }
-  };
-  if (!pool || pool->size() <= 1 || items < 2) work(0, 1);
-  else pool->run([&](int i, int n) { work(i, n); });
+  const int64_t N = s.nope, Vd = s.v, H = s.heads, qw = s.q_width();
+  x86::MlaItem proto{};
+  proto.latent = s.latent, proto.rope = s.rope, proto.nope = N, proto.v = Vd, proto.scale = s.scale;
+  proto.q_stride = qw, proto.latent_cache = L, proto.k_rope_cache = KR;
+  run_mla_items(item_fn, proto, seq.count, H, seq.position + seq.count, pool,
+                [&](x86::MlaItem& it, int64_t t, int64_t h0, int) {
+                  it.q = q + t * H * qw + h0 * qw;
+                  it.kv_b = kv_b + h0 * (N + Vd) * s.latent;
+                  it.rows = seq.position + t + 1;
+                  it.o = o + t * H * Vd + h0 * Vd;
+                });
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
       // On a GPU the host only launches (no op runs on the pool).
       pool_(plan_.device.kind == DeviceKind::cuda ? 1 : options.threads),
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
-      backend_(make_backend(plan_.device, &pool_, profile_.get())) {
+      backend_(make_backend(plan_.device, &pool_, profile_.get(),
+                            attention_isa_for(options.plan.linear_backend, plan_.device))) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   cfg_ = parse_deepseek_v4_config(ck_->config(), ck_->file_path("config.json"));
   w_ = bind_deepseek_v4_weights(*ck_, det, plan_, cfg_, options);

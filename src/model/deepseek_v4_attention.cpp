@@ -5,8 +5,11 @@
 #include <limits>
 #include <optional>
 
+#include "device/device.h"
 #include "model/backend.h"
 #include "model/forward_profile.h"
+#include "model/mla_items.h"
+#include "model/ops.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -41,7 +44,9 @@ void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const fl
 // Also appends its rows to the compressors and its kv to the ring.
 void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
-                const IndexerProjections* idx, float* o, ThreadPool* pool, ForwardProfile* prof) {
+                const IndexerProjections* idx, float* o, ThreadPool* pool, ForwardProfile* prof, CpuIsa isa) {
+  if (std::string why = cpu_isa_unsupported(isa, host_cpu_features()); !why.empty())
+    fail("DeepSeek-V4 attention: this CPU cannot run the ", cpu_isa_name(isa), " kernels: ", why);
   const int64_t H = s.heads, d = s.head_dim, W = s.window, n = seq.count, p0 = seq.p0;
   AttentionState& st = host_attention_state(seq);
   const int64_t ring_rows = W + s.rollback;
@@ -71,45 +76,75 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
     fail("CSA layer: indexer and compressor disagree on the number of windows");
   const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
 
-  // Attention per (token, head); each (token, head) is computed whole by one
-  // thread, in key order.
+  // Token t's keys (= values) in the order the sums take them: its window in
+  // position order, then the compressed entries it sees (HCA: every closed
+  // window; CSA: the indexer's picks in its order).
+  auto key_rows = [&](int64_t t, std::vector<const float*>& kp) {
+    const int64_t pos = p0 + t;
+    kp.clear();
+    for (int64_t p = std::max<int64_t>(first, pos - W + 1); p <= pos; ++p) kp.push_back(keys.data() + (p - first) * d);
+    if (w.kind == AttnKind::hca) {
+      const int64_t visible = std::min((pos + 1) / ratio, st.compressor.n_entries);
+      for (int64_t e = 0; e < visible; ++e) kp.push_back(st.compressor.entries.data() + e * d);
+    } else if (w.kind == AttnKind::csa) {
+      for (int32_t k = 0; k < sel.count[size_t(t)]; ++k)
+        kp.push_back(st.compressor.entries.data() + int64_t(sel.entries[size_t(t * sel.topk + k)]) * d);
+    }
+  };
   const float scale = 1.0f / std::sqrt(float(d));
   PhaseTimer core_timer(prof, Phase::attn_core);
-  pool_for(pool, n * H, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<const float*> kp;
-    std::vector<float> logit, acc(static_cast<size_t>(d));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / H, h = i % H, pos = p0 + t;
-      kp.clear();
-      for (int64_t p = std::max<int64_t>(first, pos - W + 1); p <= pos; ++p) kp.push_back(keys.data() + (p - first) * d);
-      if (w.kind == AttnKind::hca) {
-        const int64_t visible = std::min((pos + 1) / ratio, st.compressor.n_entries);
-        for (int64_t e = 0; e < visible; ++e) kp.push_back(st.compressor.entries.data() + e * d);
-      } else if (w.kind == AttnKind::csa) {
-        for (int32_t k = 0; k < sel.count[size_t(t)]; ++k)
-          kp.push_back(st.compressor.entries.data() + int64_t(sel.entries[size_t(t * sel.topk + k)]) * d);
+  if (isa == CpuIsa::ref) {
+    // Per (token, head), computed whole by one thread, in key order.
+    pool_for(pool, n * H, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<const float*> kp;
+      std::vector<float> logit, acc(static_cast<size_t>(d));
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = i / H, h = i % H;
+        key_rows(t, kp);
+        // softmax over [scores | sink] (HF concatenates the sink as one more
+        // logit and drops its probability); V = K.
+        const float* qh = q + (t * H + h) * d;
+        logit.resize(kp.size());
+        float mx = w.sink[size_t(h)];
+        for (size_t j = 0; j < kp.size(); ++j) {
+          logit[j] = dot_f32(qh, kp[j], d) * scale;
+          mx = std::max(mx, logit[j]);
+        }
+        float denom = std::exp(w.sink[size_t(h)] - mx);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (size_t j = 0; j < kp.size(); ++j) {
+          const float p = std::exp(logit[j] - mx);
+          denom += p;
+          axpy_f32(p, kp[j], acc.data(), d);
+        }
+        float* oh = o + (t * H + h) * d;
+        const float inv = 1.0f / denom;
+        for (int64_t c = 0; c < d; ++c) oh[c] = acc[size_t(c)] * inv;
       }
-      // softmax over [scores | sink] (HF concatenates the sink as one more
-      // logit and drops its probability); V = K.
-      const float* qh = q + (t * H + h) * d;
-      logit.resize(kp.size());
-      float mx = w.sink[size_t(h)];
-      for (size_t j = 0; j < kp.size(); ++j) {
-        logit[j] = dot_f32(qh, kp[j], d) * scale;
-        mx = std::max(mx, logit[j]);
-      }
-      float denom = std::exp(w.sink[size_t(h)] - mx);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (size_t j = 0; j < kp.size(); ++j) {
-        const float p = std::exp(logit[j] - mx);
-        denom += p;
-        axpy_f32(p, kp[j], acc.data(), d);
-      }
-      float* oh = o + (t * H + h) * d;
-      const float inv = 1.0f / denom;
-      for (int64_t c = 0; c < d; ++c) oh[c] = acc[size_t(c)] * inv;
-    }
-  });
+    });
+  } else {
+    // The latent-attention kernels with keys = values and no absorption
+    // (kernels_x86.h), per (token, slice of heads): each row loaded serves 8
+    // heads. Per thread, the pointer list of the token its item is on.
+    x86::MlaItem proto{};
+    proto.latent = d, proto.v = d, proto.scale = scale, proto.q_stride = d, proto.sinks = w.sink.data();
+    int64_t max_rows = 0;
+    std::vector<const float*> probe;
+    for (int64_t t = 0; t < n; ++t) key_rows(t, probe), max_rows = std::max<int64_t>(max_rows, int64_t(probe.size()));
+    const int64_t workers = pool ? pool->size() : 1;
+    std::vector<std::vector<const float*>> kp{size_t(workers)};
+    std::vector<int64_t> kp_token(size_t(workers), -1);
+    auto item_fn = isa == CpuIsa::avx512 ? x86::mla_item_avx512 : x86::mla_item_avx2;
+    run_mla_items(item_fn, proto, n, H, max_rows, pool, [&](x86::MlaItem& it, int64_t t, int64_t h0, int worker) {
+      const size_t me = size_t(worker);
+      if (kp_token[me] != t) key_rows(t, kp[me]), kp_token[me] = t;
+      it.row_ptrs = kp[me].data();
+      it.rows = int64_t(kp[me].size());
+      it.q = q + (t * H + h0) * d;
+      it.o = o + (t * H + h0) * d;
+      it.sinks = w.sink.data() + h0;
+    });
+  }
 
   // Remember the newest kv rows for the next step's window.
   st.ring.resize(size_t(ring_rows * d));

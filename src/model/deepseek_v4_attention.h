@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "model/attention_cache.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_indexer.h"
@@ -89,7 +90,7 @@ void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const fl
                       ThreadPool* pool);
 void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTable& compress_rope, const AttnSeq& seq,
                 const float* q, const float* kv, const float* comp_kv, const float* comp_score,
-                const IndexerProjections* idx, float* o, ThreadPool* pool, class ForwardProfile* prof);
+                const IndexerProjections* idx, float* o, ThreadPool* pool, class ForwardProfile* prof, CpuIsa isa);
 
 // The CPU backend's cache: an AttentionState in host memory, for the layer
 // with weights *w (which outlive it: the model's) and shape s.

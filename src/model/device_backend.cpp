@@ -16,10 +16,18 @@ namespace {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const Device& device, ThreadPool* pool, ForwardProfile* profile) {
+std::unique_ptr<Backend> make_backend(const Device& device, ThreadPool* pool, ForwardProfile* profile,
+                                      CpuIsa attention_isa) {
   if (device.hypothetical) planning_only(device);
-  if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>(pool, profile);
+  if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>(pool, profile, attention_isa);
   return std::make_unique<CudaBackend>(profile, cuda_device_index(device.name));
+}
+
+CpuIsa attention_isa_for(const std::string& b, const Device& device) {
+  if (b == "cpu_ref") return CpuIsa::ref;
+  if (b.rfind("cpu_avx512", 0) == 0) return CpuIsa::avx512;
+  if (b.rfind("cpu_avx2", 0) == 0) return CpuIsa::avx2;
+  return best_cpu_isa(device.cpu);
 }
 
 void require_host_device(const Device& device, const char* model) {

@@ -176,6 +176,12 @@ void swiglu_avx2(float* g, const float* u, int64_t n, float limit);
 // the other heads of its item and group (each head has its own lanes and
 // accumulators, reduced by a fixed tree), so a head's output does not depend
 // on how heads are grouped into items, on the batch or on the threads.
+//
+// DeepSeek-V4's attention is the same computation over its one shared KV
+// head (keys = values = rows of d floats, no absorption): kv_b null means q
+// is already in the rows' space (C floats per head), there is no RoPE half
+// (rope = 0), o[h] = ctx_h / sum_h (v = C), and the rows are gathered ones
+// (window ring, compressed entries) given by pointer.
 constexpr int64_t kMlaGroup = 8;
 struct MlaItem {
   int64_t latent, rope, nope, v;  // C, r, n, v
@@ -183,9 +189,12 @@ struct MlaItem {
   float scale;                    // softmax scale
   const float* q;                 // head i's [nope | rope] at q + i * q_stride (RoPE'd)
   int64_t q_stride;               // n + r
-  const float* kv_b;              // head i's W_UK [n, C] at kv_b + i (n + v) C, its W_UV [v, C] after it
+  const float* kv_b;              // head i's W_UK [n, C] at kv_b + i (n + v) C, its W_UV [v, C] after it;
+                                  // null: no absorption (q_stride >= C, v == C, rope == 0)
   const float* latent_cache;      // [rows, C]
   const float* k_rope_cache;      // [rows, r]
+  const float* const* row_ptrs;   // unless null: row j is row_ptrs[j] (C floats; rope == 0), not latent_cache + j C
+  const float* sinks;             // unless null: head i's sink logit, one more softmax term that adds only to the sum
   int64_t rows;                   // cache rows the token sees (its position + 1)
   float* o;                       // [heads, v]
   // Scratch, 64-byte aligned, written before it is read (8g = groups * kMlaGroup):

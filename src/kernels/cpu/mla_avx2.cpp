@@ -27,6 +27,14 @@ constexpr int64_t kCtxRows = 16;    // as in mla_avx512.cpp: accumulators reload
 inline int64_t groups_of(const MlaItem& it) { return (it.heads + G - 1) / G; }
 inline int64_t rows2(const MlaItem& it) { return (it.rows + 1) / 2 * 2; }
 
+// Row j's C floats and its RoPE half (null without one), j < it.rows.
+inline const float* row_at(const MlaItem& it, int64_t j) {
+  return it.row_ptrs ? it.row_ptrs[j] : it.latent_cache + j * it.latent;
+}
+inline const float* rope_at(const MlaItem& it, int64_t j) {
+  return it.k_rope_cache ? it.k_rope_cache + j * it.rope : nullptr;
+}
+
 // Lanes [0, n) set (n clamped to [0, 8]), for maskload / maskstore.
 inline __m256i lanes(int64_t n) {
   const int32_t k = n <= 0 ? 0 : n >= 8 ? 8 : int32_t(n);
@@ -44,21 +52,21 @@ inline __m256 sum8(const __m256 (&v)[8]) {
 }
 
 // acc[r * 4 + h] += q_h . row_r over n floats, 4 query vectors x 2 rows.
-// pf, unless null: the next row pair, prefetched into L1 a line per 16
-// floats; pf2, unless null: a pair of the next block, into L2 (as in
+// pf, unless its first is null: the next row pair, prefetched into L1 a line
+// per 16 floats; pf2 likewise: a pair of the next block, into L2 (as in
 // mla_avx512.cpp).
 __attribute__((always_inline)) inline void dots_4x2(__m256 (&acc)[8], const float* q, int64_t ldq,
                                                     const float* row0, const float* row1, int64_t n,
-                                                    const float* pf, const float* pf2) {
+                                                    const float* const (&pf)[2], const float* const (&pf2)[2]) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    if (pf && k % 16 == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(pf + k), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(pf + n + k), _MM_HINT_T0);
+    if (pf[0] && k % 16 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf[0] + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pf[1] + k), _MM_HINT_T0);
     }
-    if (pf2 && k % 16 == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(pf2 + k), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(pf2 + n + k), _MM_HINT_T1);
+    if (pf2[0] && k % 16 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf2[0] + k), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(pf2[1] + k), _MM_HINT_T1);
     }
     const __m256 r0 = _mm256_loadu_ps(row0 + k), r1 = _mm256_loadu_ps(row1 + k);
 #pragma GCC unroll 4
@@ -91,18 +99,21 @@ void scores(const MlaItem& it) {
       float* S = it.scores + grp * rows2(it) * G;
       for (int64_t j = b0; j < b1; j += 2) {
         const int64_t j1 = j + 1 < it.rows ? j + 1 : j;
+        // Prefetch targets clamped to the last row (row_ptrs ends there).
+        auto row = [&](int64_t i) { return i < it.rows ? i : it.rows - 1; };
+        const int64_t n0 = row(j + 2), n1 = row(j + 3), f0 = row(j + kScoreRows), f1 = row(j + kScoreRows + 1);
         for (int half = 0; half < 2; ++half) {
           const int64_t h0 = grp * G + half * 4;
           __m256 acc[8];
           for (__m256& a : acc) a = _mm256_setzero_ps();
           // Prefetches on the first half's pass only: the second finds the rows in L1.
           const bool pf = half == 0, pf2 = half == 0 && grp == 0;
-          dots_4x2(acc, it.q_abs + h0 * it.ld, it.ld, it.latent_cache + j * C, it.latent_cache + j1 * C, C,
-                   pf ? it.latent_cache + (j + 2) * C : nullptr,
-                   pf2 ? it.latent_cache + (j + kScoreRows) * C : nullptr);
-          dots_4x2(acc, it.q_rope + h0 * it.ldr, it.ldr, it.k_rope_cache + j * R, it.k_rope_cache + j1 * R, R,
-                   pf ? it.k_rope_cache + (j + 2) * R : nullptr,
-                   pf2 ? it.k_rope_cache + (j + kScoreRows) * R : nullptr);
+          dots_4x2(acc, it.q_abs + h0 * it.ld, it.ld, row_at(it, j), row_at(it, j1), C,
+                   {pf ? row_at(it, n0) : nullptr, row_at(it, n1)}, {pf2 ? row_at(it, f0) : nullptr, row_at(it, f1)});
+          if (R > 0)
+            dots_4x2(acc, it.q_rope + h0 * it.ldr, it.ldr, rope_at(it, j), rope_at(it, j1), R,
+                     {pf ? rope_at(it, n0) : nullptr, rope_at(it, n1)},
+                     {pf2 ? rope_at(it, f0) : nullptr, rope_at(it, f1)});
           const __m256 s = _mm256_mul_ps(sum8(acc), scale);
           _mm_storeu_ps(S + j * G + half * 4, _mm256_castps256_ps128(s));
           _mm_storeu_ps(S + (j + 1) * G + half * 4, _mm256_extractf128_ps(s, 1));
@@ -134,16 +145,19 @@ inline __m256 exp_le0(__m256 x) {
 }
 
 // One group's scores S [rows, 8] -> exp(score - max) in place, and 1 / sum
-// per head into inv[0..8).
-void softmax(int64_t rows, float* S, float* inv) {
+// per head into inv[0..8). sinks, unless null: the 8 heads' sink logits,
+// which join the max and add exp(sink - max) to the sum last.
+void softmax(int64_t rows, float* S, float* inv, const float* sinks) {
   __m256 mx = _mm256_set1_ps(-__builtin_inff());
   for (int64_t j = 0; j < rows; ++j) mx = _mm256_max_ps(mx, _mm256_loadu_ps(S + j * G));
+  if (sinks) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sinks));
   __m256 sum = _mm256_setzero_ps();
   for (int64_t j = 0; j < rows; ++j) {
     const __m256 e = exp_le0(_mm256_sub_ps(_mm256_loadu_ps(S + j * G), mx));
     _mm256_storeu_ps(S + j * G, e);
     sum = _mm256_add_ps(sum, e);
   }
+  if (sinks) sum = _mm256_add_ps(sum, exp_le0(_mm256_sub_ps(_mm256_loadu_ps(sinks), mx)));
   _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
 }
 
@@ -169,8 +183,9 @@ void context(const MlaItem& it) {
           acc[2 * h + 1] = _mm256_load_ps(ctx + h * it.ld + 8);
         }
         for (int64_t j = j0; j < j1; ++j) {
-          const float* row = it.latent_cache + j * C + c;
-          if (hh == 0) _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C), _MM_HINT_T1);
+          const float* row = row_at(it, j) + c;
+          if (hh == 0 && j + kCtxRows < it.rows)
+            _mm_prefetch(reinterpret_cast<const char*>(row_at(it, j + kCtxRows) + c), _MM_HINT_T1);
           const __m256 l0 = full ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, m0);
           const __m256 l1 = full ? _mm256_loadu_ps(row + 8) : _mm256_maskload_ps(row + 8, m1);
           const float* p = S + j * G;
@@ -192,14 +207,18 @@ void context(const MlaItem& it) {
 }
 
 // q_abs[h] = sum_i q_nope[h, i] W_UK_h[i], 64 columns at a time (8
-// accumulator chains). Heads past it.heads (the last group's padding) get
-// zeros.
+// accumulator chains); without kv_b, q_abs[h] = q[h]. Heads past it.heads
+// (the last group's padding) get zeros.
 void absorb_query(const MlaItem& it) {
   const MlaItem& g = it;
   const int64_t C = g.latent, N = g.nope, R = g.rope;
   for (int64_t h = 0; h < groups_of(it) * G; ++h) {
     float* qa = g.q_abs + h * g.ld;
     float* qr = g.q_rope + h * g.ldr;
+    if (!g.kv_b && h < g.heads) {
+      for (int64_t c = 0; c < C; c += 8) _mm256_maskstore_ps(qa + c, lanes(C - c), _mm256_maskload_ps(g.q + h * g.q_stride + c, lanes(C - c)));
+      continue;
+    }
     if (h >= g.heads) {
       for (int64_t c = 0; c < g.ld; c += 8) _mm256_store_ps(qa + c, _mm256_setzero_ps());
       for (int64_t c = 0; c < g.ldr; c += 8) _mm256_store_ps(qr + c, _mm256_setzero_ps());
@@ -237,6 +256,12 @@ void project_out(const MlaItem& g) {
   const int64_t C = g.latent, N = g.nope, V = g.v;
   const float* inv = g.inv_sum;
   for (int64_t h = 0; h < g.heads; ++h) {
+    if (!g.kv_b) {  // o[h] = ctx_h / sum_h
+      for (int64_t i = 0; i < C; i += 8)
+        _mm256_maskstore_ps(g.o + h * V + i, lanes(C - i),
+                            _mm256_mul_ps(_mm256_load_ps(g.ctx + h * g.ld + i), _mm256_set1_ps(inv[h])));
+      continue;
+    }
     const float* wv = g.kv_b + h * (N + V) * C + N * C;
     const float* ctx = g.ctx + h * g.ld;
     for (int64_t i = 0; i < V; i += 8) {
@@ -265,8 +290,13 @@ void project_out(const MlaItem& g) {
 void mla_item_avx2(const MlaItem& it) {
   absorb_query(it);
   scores(it);
-  for (int64_t grp = 0; grp < groups_of(it); ++grp)
-    softmax(it.rows, it.scores + grp * rows2(it) * G, it.inv_sum + grp * G);
+  for (int64_t grp = 0; grp < groups_of(it); ++grp) {
+    // The group's sinks, padding heads' at -inf (they only meet zero scores).
+    float sinks[G];
+    for (int h = 0; h < G; ++h)
+      sinks[h] = it.sinks && grp * G + h < it.heads ? it.sinks[grp * G + h] : -__builtin_inff();
+    softmax(it.rows, it.scores + grp * rows2(it) * G, it.inv_sum + grp * G, it.sinks ? sinks : nullptr);
+  }
   context(it);
   project_out(it);
 }

@@ -56,6 +56,14 @@ constexpr int64_t kCtxRows = 16;
 inline int64_t groups_of(const MlaItem& it) { return (it.heads + G - 1) / G; }
 inline int64_t rows2(const MlaItem& it) { return (it.rows + 1) / 2 * 2; }
 
+// Row j's C floats and its RoPE half (null without one), j < it.rows.
+inline const float* row_at(const MlaItem& it, int64_t j) {
+  return it.row_ptrs ? it.row_ptrs[j] : it.latent_cache + j * it.latent;
+}
+inline const float* rope_at(const MlaItem& it, int64_t j) {
+  return it.k_rope_cache ? it.k_rope_cache + j * it.rope : nullptr;
+}
+
 // This file keeps q_abs [8g, ld] and q_rope [8g, ldr] chunk-interleaved per
 // group: group b's block of 8 ld floats holds chunk 0 (16 floats) of heads
 // 0..7, then chunk 1 of heads 0..7, ..., so the score tile finds its 8
@@ -92,21 +100,21 @@ inline __m512 sum16(const __m512 (&v)[16]) {
 // loaded once per chunk and shared by the 8 heads; each query chunk is loaded
 // once into a register and used for both rows (the empty asm keeps GCC from
 // folding it into both FMAs as a memory operand, which loads it twice).
-// pf: the next row pair (rows 2 apart, n floats each), prefetched into L1
-// in step with the loads (the hardware prefetchers left the tile waiting on
-// L2: the row loads were the hot spot); pf2, unless null, a pair of the next
-// block, prefetched into L2 (the first group's pass over a block otherwise
-// waits on L3).
+// pf: the next row pair (n floats each), prefetched into L1 in step with
+// the loads (the hardware prefetchers left the tile waiting on L2: the row
+// loads were the hot spot); pf2, unless its first is null, a pair of the
+// next block, prefetched into L2 (the first group's pass over a block
+// otherwise waits on L3). Rows by pointer: gathered rows are not adjacent.
 __attribute__((always_inline)) inline void dots_8x2(__m512 (&acc)[16], const float* q, const float* row0,
-                                                    const float* row1, int64_t n, const float* pf,
-                                                    const float* pf2) {
+                                                    const float* row1, int64_t n, const float* const (&pf)[2],
+                                                    const float* const (&pf2)[2]) {
   // Full chunks unmasked (no mask to rebuild per chunk), then one masked tail.
   auto chunk = [&](int64_t k, __mmask16 m) __attribute__((always_inline)) {
-    _mm_prefetch(reinterpret_cast<const char*>(pf + k), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(pf + n + k), _MM_HINT_T0);
-    if (pf2) {
-      _mm_prefetch(reinterpret_cast<const char*>(pf2 + k), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(pf2 + n + k), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(pf[0] + k), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pf[1] + k), _MM_HINT_T0);
+    if (pf2[0]) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf2[0] + k), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(pf2[1] + k), _MM_HINT_T1);
     }
     const __m512 r0 = _mm512_maskz_loadu_ps(m, row0 + k), r1 = _mm512_maskz_loadu_ps(m, row1 + k);
     const float* qk = q + k * G;  // chunk k / 16 of the 8 heads, 16 floats each
@@ -136,13 +144,17 @@ void scores(const MlaItem& it) {
       float* S = it.scores + grp * rows2(it) * G;
       for (int64_t j = b0; j < b1; j += 2) {
         const int64_t j1 = j + 1 < it.rows ? j + 1 : j;
+        // Prefetch targets clamped to the last row (row_ptrs ends there).
+        auto row = [&](int64_t i) { return i < it.rows ? i : it.rows - 1; };
+        const int64_t n0 = row(j + 2), n1 = row(j + 3), f0 = row(j + kScoreRows), f1 = row(j + kScoreRows + 1);
         __m512 acc[16];
         for (__m512& a : acc) a = _mm512_setzero_ps();
         const bool first = grp == 0;
-        dots_8x2(acc, qa, it.latent_cache + j * C, it.latent_cache + j1 * C, C,
-                 it.latent_cache + (j + 2) * C, first ? it.latent_cache + (j + kScoreRows) * C : nullptr);
-        dots_8x2(acc, qr, it.k_rope_cache + j * R, it.k_rope_cache + j1 * R, R,
-                 it.k_rope_cache + (j + 2) * R, first ? it.k_rope_cache + (j + kScoreRows) * R : nullptr);
+        dots_8x2(acc, qa, row_at(it, j), row_at(it, j1), C, {row_at(it, n0), row_at(it, n1)},
+                 {first ? row_at(it, f0) : nullptr, row_at(it, f1)});
+        if (R > 0)
+          dots_8x2(acc, qr, rope_at(it, j), rope_at(it, j1), R, {rope_at(it, n0), rope_at(it, n1)},
+                   {first ? rope_at(it, f0) : nullptr, rope_at(it, f1)});
         _mm512_storeu_ps(S + j * G, _mm512_mul_ps(sum16(acc), scale));
       }
     }
@@ -174,14 +186,16 @@ inline __m512 exp_le0(__m512 x) {
 
 // One group's scores S [rows2, 8] -> exp(score - max) in place, and 1 / sum
 // per head into inv[0..8). A vector holds two positions (heads 0..7 of j, of
-// j + 1).
-void softmax(int64_t rows, float* S, float* inv) {
+// j + 1). sinks, unless null: the 8 heads' sink logits, which join the max
+// and add exp(sink - max) to the sum last.
+void softmax(int64_t rows, float* S, float* inv, const float* sinks) {
   const int64_t pairs = rows / 2;
   __m512 mx = _mm512_set1_ps(-__builtin_inff());
   for (int64_t i = 0; i < pairs; ++i) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + i * 16));
   __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(mx), _mm512_extractf32x8_ps(mx, 1));
   const bool odd = rows % 2 != 0;
   if (odd) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(S + pairs * 16));
+  if (sinks) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sinks));
   const __m512 m16 = _mm512_insertf32x8(_mm512_castps256_ps512(m8), m8, 1);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < pairs; ++i) {
@@ -194,7 +208,10 @@ void softmax(int64_t rows, float* S, float* inv) {
     _mm512_mask_storeu_ps(S + pairs * 16, 0xFF, e);
     sum = _mm512_mask_add_ps(sum, 0xFF, sum, e);
   }
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps(sum, 1));
+  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps(sum, 1));
+  if (sinks)
+    s8 = _mm256_add_ps(s8, _mm512_castps512_ps256(exp_le0(_mm512_sub_ps(
+                               _mm512_castps256_ps512(_mm256_loadu_ps(sinks)), m16))));
   _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), s8));
 }
 
@@ -220,10 +237,11 @@ void context(const MlaItem& it) {
           acc[2 * h + 1] = _mm512_load_ps(ctx + h * it.ld + 16);
         }
         for (int64_t j = j0; j < j1; ++j) {
-          const float* row = it.latent_cache + j * C + c;
-          if (grp == 0) {  // the next block's strip into L2
-            _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C), _MM_HINT_T1);
-            _mm_prefetch(reinterpret_cast<const char*>(row + kCtxRows * C + 16), _MM_HINT_T1);
+          const float* row = row_at(it, j) + c;
+          if (grp == 0 && j + kCtxRows < it.rows) {  // the next block's strip into L2
+            const float* next = row_at(it, j + kCtxRows) + c;
+            _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(next + 16), _MM_HINT_T1);
           }
           const __m512 l0 = _mm512_maskz_loadu_ps(m0, row), l1 = _mm512_maskz_loadu_ps(m1, row + 16);
           const float* p = S + j * G;
@@ -245,12 +263,17 @@ void context(const MlaItem& it) {
 }
 
 // q_abs[h] = sum_i q_nope[h, i] W_UK_h[i], 128 columns at a time (8
-// independent accumulator chains). Heads past it.heads (the last group's
-// padding) get zeros.
+// independent accumulator chains); without kv_b, q_abs[h] = q[h]. Heads past
+// it.heads (the last group's padding) get zeros.
 void absorb_query(const MlaItem& it) {
   const MlaItem& g = it;
   const int64_t C = g.latent, N = g.nope, R = g.rope;
   for (int64_t h = 0; h < groups_of(it) * G; ++h) {
+    if (!g.kv_b && h < g.heads) {
+      for (int64_t kc = 0; kc * 16 < C; ++kc)
+        _mm512_store_ps(q_slot(g.q_abs, g.ld, h, kc), _mm512_maskz_loadu_ps(lanes(C - 16 * kc), g.q + h * g.q_stride + 16 * kc));
+      continue;
+    }
     if (h >= g.heads) {
       for (int64_t kc = 0; kc < g.ld / 16; ++kc) _mm512_store_ps(q_slot(g.q_abs, g.ld, h, kc), _mm512_setzero_ps());
       for (int64_t kc = 0; kc < g.ldr / 16; ++kc)
@@ -278,11 +301,18 @@ void absorb_query(const MlaItem& it) {
 }
 
 // o[h, i] = (W_UV_h[i] . ctx_h) / sum_h, 16 rows of W_UV per reduction; rows
-// past v repeat the last one and are not stored.
+// past v repeat the last one and are not stored. Without kv_b, o[h] = ctx_h
+// / sum_h.
 void project_out(const MlaItem& g) {
   const int64_t C = g.latent, N = g.nope, V = g.v;
   const float* inv = g.inv_sum;
   for (int64_t h = 0; h < g.heads; ++h) {
+    if (!g.kv_b) {
+      for (int64_t i = 0; i < C; i += 16)
+        _mm512_mask_storeu_ps(g.o + h * V + i, lanes(C - i),
+                              _mm512_mul_ps(_mm512_load_ps(g.ctx + h * g.ld + i), _mm512_set1_ps(inv[h])));
+      continue;
+    }
     const float* wv = g.kv_b + h * (N + V) * C + N * C;
     const float* ctx = g.ctx + h * g.ld;
     for (int64_t i = 0; i < V; i += 16) {
@@ -306,8 +336,13 @@ void project_out(const MlaItem& g) {
 void mla_item_avx512(const MlaItem& it) {
   absorb_query(it);
   scores(it);
-  for (int64_t grp = 0; grp < groups_of(it); ++grp)
-    softmax(it.rows, it.scores + grp * rows2(it) * G, it.inv_sum + grp * G);
+  for (int64_t grp = 0; grp < groups_of(it); ++grp) {
+    // The group's sinks, padding heads' at -inf (they only meet zero scores).
+    float sinks[G];
+    for (int h = 0; h < G; ++h)
+      sinks[h] = it.sinks && grp * G + h < it.heads ? it.sinks[grp * G + h] : -__builtin_inff();
+    softmax(it.rows, it.scores + grp * rows2(it) * G, it.inv_sum + grp * G, it.sinks ? sinks : nullptr);
+  }
   context(it);
   project_out(it);
 }
