@@ -119,7 +119,7 @@ std::unique_ptr<AttentionCache> CpuBackend::new_gqa_cache(const GqaShape& s, int
 
 void CpuBackend::gqa_attend(const GqaShape& s, const float* sinks, const GqaSeq& seq, Tensor q, Tensor k, Tensor v,
                             Tensor o) {
-  gqa_attend_cpu(s, sinks, seq, q.data, k.data, v.data, o.data, pool_);
+  gqa_attend_cpu(s, sinks, seq, q.data, k.data, v.data, o.data, pool_, attention_isa_);
 }
 
 void CpuBackend::copy_cols(Tensor x, int64_t c0, Tensor out) {

@@ -21,7 +21,8 @@ GptOssModel::GptOssModel(std::unique_ptr<Checkpoint> ck, const Detection& det, P
       rollback_(options.rollback_tokens),
       pool_(options.threads),
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
-      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get())) {
+      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get(),
+                                            attention_isa_for(options.plan.linear_backend, plan_.device))) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   if (rollback_ < 0) fail("rollback_tokens must be >= 0, got ", rollback_);
   require_host_device(plan_.device, "gpt-oss");

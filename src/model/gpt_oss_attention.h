@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "model/attention_cache.h"
 #include "model/deepseek_v4_rope.h"
 
@@ -88,8 +89,11 @@ void rope_half_split(const RopeTable& table, float* x, int64_t rows, int64_t hea
 // Appends k, v [count, kv_heads * d] to the cache, then o [count, H * d] =
 // attention of q [count, H * d] over the cache. sinks: [H] f32. A sliding
 // layer's ring must take the chunk without overwriting a key its first query
-// reads: count <= ring - window + 1.
+// reads: count <= ring - window + 1. isa: ref runs one item per (token,
+// head); the SIMD paths run the latent-attention kernels (kernels_x86.h:
+// MlaItem) per (token, KV head), each key and value row loaded once for the
+// query heads that share it.
 void gqa_attend_cpu(const GqaShape& s, const float* sinks, const GqaSeq& seq, const float* q, const float* k,
-                    const float* v, float* o, ThreadPool* pool);
+                    const float* v, float* o, ThreadPool* pool, CpuIsa isa);
 
 }  // namespace nibble

@@ -84,7 +84,8 @@ TEST(AttentionCache, OpsRefuseAnotherKindOfCache) {
   std::vector<float> buf(256, 0.0f);
   for (AttentionCache* c : {static_cast<AttentionCache*>(&gqa), static_cast<AttentionCache*>(&foreign)}) {
     try {
-      mla_attend_cpu(m, buf.data(), MlaSeq{c, 1, 0}, buf.data(), buf.data(), buf.data(), buf.data(), nullptr);
+      mla_attend_cpu(m, buf.data(), MlaSeq{c, 1, 0}, buf.data(), buf.data(), buf.data(), buf.data(), nullptr,
+                     CpuIsa::ref);
       FAIL() << "mla_attend took another kind of cache";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("DeepSeek-V3 attention"), std::string::npos) << e.what();
@@ -92,7 +93,8 @@ TEST(AttentionCache, OpsRefuseAnotherKindOfCache) {
   }
   for (AttentionCache* c : {static_cast<AttentionCache*>(&mla), static_cast<AttentionCache*>(&foreign)}) {
     try {
-      gqa_attend_cpu(g, buf.data(), GqaSeq{c, 0, 1, 0}, buf.data(), buf.data(), buf.data(), buf.data(), nullptr);
+      gqa_attend_cpu(g, buf.data(), GqaSeq{c, 0, 1, 0}, buf.data(), buf.data(), buf.data(), buf.data(), nullptr,
+                     CpuIsa::ref);
       FAIL() << "gqa_attend took another kind of cache";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("gpt-oss attention"), std::string::npos) << e.what();
@@ -145,7 +147,7 @@ TEST(CachedState, TruncatesInPlaceDownToTheFloorOnly) {
   for (int step = 0; step < 4; ++step) {  // 8 tokens, 2 a step
     for (int64_t l = 0; l < st.layers(); ++l)
       gqa_attend_cpu(g, sinks.data(), GqaSeq{st.layer(l), 0, 2, st.position()}, q.data(), k.data(), k.data(),
-                     o.data(), nullptr);
+                     o.data(), nullptr, CpuIsa::ref);
     st.advance(ids);
   }
   EXPECT_EQ(st.position(), 8);
@@ -173,7 +175,7 @@ TEST(CachedState, TruncatesInPlaceDownToTheFloorOnly) {
   EXPECT_GT(fork.memory_bytes(), sizeof(State) + sizeof(int32_t) * fork.tokens().size());
   for (int64_t l = 0; l < fork.layers(); ++l)
     gqa_attend_cpu(g, sinks.data(), GqaSeq{fork.layer(l), 0, 2, fork.position()}, q.data(), k.data(), k.data(),
-                   o.data(), nullptr);
+                   o.data(), nullptr, CpuIsa::ref);
   fork.advance(ids);
   EXPECT_EQ(fork.position(), floor + 2);
   EXPECT_EQ(st.position(), floor);

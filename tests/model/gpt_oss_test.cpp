@@ -15,6 +15,7 @@
 #include "checkpoint/detect.h"
 #include "device/device.h"
 #include "fixture_util.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/registry.h"
 #include "model/gpt_oss_attention.h"
 #include "model/gpt_oss.h"
@@ -255,12 +256,12 @@ TEST_P(GptOssHf, SlidingRingTruncatesExactly) {
   EXPECT_GT(refeeds, 1);
 }
 
-// The ring at the attention level: random chunks of 1..3 tokens through a
-// sliding cache of window - 1 + 3 slots give bitwise the output of an
-// unbounded cache (the same arithmetic over the same keys), and the ring
-// never holds more than its slots; a truncation below its floor, or a chunk
-// too long for it, is refused.
-TEST(GptOssAttention, SlidingRingMatchesUnboundedCache) {
+// The ring at the attention level, on every ISA path this CPU has: random
+// chunks of 1..3 tokens through a sliding cache of window - 1 + 3 slots give
+// bitwise the output of an unbounded cache (the same arithmetic over the same
+// keys), and the ring never holds more than its slots; a truncation below
+// its floor, or a chunk too long for it, is refused.
+void sliding_ring_matches_unbounded_cache(CpuIsa isa) {
   const GqaShape s{4, 2, 8, 5};
   const int64_t kvw = s.kv_heads * s.head_dim, qw = s.heads * s.head_dim, ring = s.window - 1 + 3;
   std::mt19937 rng(7);
@@ -276,7 +277,8 @@ TEST(GptOssAttention, SlidingRingMatchesUnboundedCache) {
     for (HostGqaCache* cache : {&full, &r}) {
       const GqaSeq seq{cache, 0, c, p};
       float* o = (cache == &full ? o_full : o_ring).data() + p * qw;
-      gqa_attend_cpu(s, sinks.data(), seq, q.data() + p * qw, k.data() + p * kvw, v.data() + p * kvw, o, nullptr);
+      gqa_attend_cpu(s, sinks.data(), seq, q.data() + p * qw, k.data() + p * kvw, v.data() + p * kvw, o, nullptr,
+                     isa);
     }
     p += c;
     EXPECT_LE(int64_t(r.kv.k.size()), ring * kvw);
@@ -289,8 +291,16 @@ TEST(GptOssAttention, SlidingRingMatchesUnboundedCache) {
   EXPECT_THROW(r.truncate(r.truncate_floor() - 1), Error);
   const GqaSeq too_long{&r, 0, ring - s.window + 2, n};
   std::vector<float> big(size_t(too_long.count * qw));
-  EXPECT_THROW(gqa_attend_cpu(s, sinks.data(), too_long, big.data(), big.data(), big.data(), big.data(), nullptr),
-               Error);
+  EXPECT_THROW(
+      gqa_attend_cpu(s, sinks.data(), too_long, big.data(), big.data(), big.data(), big.data(), nullptr, isa), Error);
+}
+
+TEST(GptOssAttention, SlidingRingMatchesUnboundedCache) {
+  for (CpuIsa isa : {CpuIsa::ref, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_isa_unsupported(isa, host_cpu_features()).empty()) continue;
+    SCOPED_TRACE(cpu_isa_name(isa));
+    sliding_ring_matches_unbounded_cache(isa);
+  }
 }
 
 // `nibble run --tokens` on a checkpoint without tokenizer.json: greedy ids

@@ -181,7 +181,9 @@ void swiglu_avx2(float* g, const float* u, int64_t n, float limit);
 // head (keys = values = rows of d floats, no absorption): kv_b null means q
 // is already in the rows' space (C floats per head), there is no RoPE half
 // (rope = 0), o[h] = ctx_h / sum_h (v = C), and the rows are gathered ones
-// (window ring, compressed entries) given by pointer.
+// (window ring, compressed entries) given by pointer. gpt-oss's grouped-query
+// attention is that with other rows for the values (value_ptrs), one item
+// per (token, KV head) over the query heads that share it.
 constexpr int64_t kMlaGroup = 8;
 struct MlaItem {
   int64_t latent, rope, nope, v;  // C, r, n, v
@@ -194,6 +196,7 @@ struct MlaItem {
   const float* latent_cache;      // [rows, C]
   const float* k_rope_cache;      // [rows, r]
   const float* const* row_ptrs;   // unless null: row j is row_ptrs[j] (C floats; rope == 0), not latent_cache + j C
+  const float* const* value_ptrs; // unless null: ctx sums value_ptrs[j] (C floats), not row j (K != V)
   const float* sinks;             // unless null: head i's sink logit, one more softmax term that adds only to the sum
   int64_t rows;                   // cache rows the token sees (its position + 1)
   float* o;                       // [heads, v]

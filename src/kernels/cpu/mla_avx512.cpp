@@ -56,9 +56,13 @@ constexpr int64_t kCtxRows = 16;
 inline int64_t groups_of(const MlaItem& it) { return (it.heads + G - 1) / G; }
 inline int64_t rows2(const MlaItem& it) { return (it.rows + 1) / 2 * 2; }
 
-// Row j's C floats and its RoPE half (null without one), j < it.rows.
+// Row j's C floats, the C floats ctx sums for it, and its RoPE half (null
+// without one), j < it.rows.
 inline const float* row_at(const MlaItem& it, int64_t j) {
   return it.row_ptrs ? it.row_ptrs[j] : it.latent_cache + j * it.latent;
+}
+inline const float* value_at(const MlaItem& it, int64_t j) {
+  return it.value_ptrs ? it.value_ptrs[j] : row_at(it, j);
 }
 inline const float* rope_at(const MlaItem& it, int64_t j) {
   return it.k_rope_cache ? it.k_rope_cache + j * it.rope : nullptr;
@@ -237,9 +241,9 @@ void context(const MlaItem& it) {
           acc[2 * h + 1] = _mm512_load_ps(ctx + h * it.ld + 16);
         }
         for (int64_t j = j0; j < j1; ++j) {
-          const float* row = row_at(it, j) + c;
+          const float* row = value_at(it, j) + c;
           if (grp == 0 && j + kCtxRows < it.rows) {  // the next block's strip into L2
-            const float* next = row_at(it, j + kCtxRows) + c;
+            const float* next = value_at(it, j + kCtxRows) + c;
             _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T1);
             _mm_prefetch(reinterpret_cast<const char*>(next + 16), _MM_HINT_T1);
           }
