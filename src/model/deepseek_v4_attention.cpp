@@ -70,7 +70,8 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
   }
   if (w.indexer) {
     PhaseTimer _(prof, Phase::indexer);
-    indexer_select(*w.indexer, compress_rope, s.rms_eps, *idx, seq.first, n, p0, s.rollback, st.indexer, sel, pool);
+    indexer_select(*w.indexer, compress_rope, s.rms_eps, *idx, seq.first, n, p0, s.rollback, st.indexer, sel, pool,
+                   isa);
   }
   if (w.indexer && st.indexer.n_entries != st.compressor.n_entries)
     fail("CSA layer: indexer and compressor disagree on the number of windows");

@@ -4,13 +4,14 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/cpu/kernels_x86.h"
 #include "util/thread_pool.h"
 
 namespace nibble {
 
 void indexer_select(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const IndexerProjections& proj,
                     int64_t first, int64_t n, int64_t p0, int64_t rollback, CompressorState& st,
-                    IndexerSelection& out, ThreadPool* pool) {
+                    IndexerSelection& out, ThreadPool* pool, CpuIsa isa) {
   const int64_t H = w.heads, d = w.dim, m = w.compressor.ratio, width = w.compressor.width();
   compressor_append(w.compressor, rope, rms_eps, proj.kv + first * width, proj.score + first * width, n,
                     p0, rollback, st);
@@ -20,9 +21,20 @@ void indexer_select(const IndexerWeights& w, const RopeTable& rope, double rms_e
   const float softmax_scale = 1.0f / std::sqrt(float(d));
   const float weights_scale = 1.0f / std::sqrt(float(H));
 
-  // I(t, s) for entries [s0, s1) of query t.
+  // I(t, s) for entries [s0, s1) of query t: the SIMD kernels
+  // (kernels_x86.h: IndexerScores), or the portable loop.
   auto score_range = [&](int64_t t, int64_t s0, int64_t s1, float* score) {
     const float* qt = q + t * H * d;
+    if (isa != CpuIsa::ref) {
+      std::vector<float> wt(static_cast<size_t>(H)), scratch(size_t((H + 7) / 8 * 8 * ((d + 15) / 16 * 16) + 16));
+      for (int64_t h = 0; h < H; ++h) wt[size_t(h)] = softmax_scale * (hw[t * H + h] * weights_scale);
+      float* aligned =
+          scratch.data() + (16 - (reinterpret_cast<uintptr_t>(scratch.data()) / sizeof(float)) % 16) % 16;
+      const x86::IndexerScores x{H, d, qt, wt.data(), st.entries.data(), s0, s1, score, aligned};
+      if (isa == CpuIsa::avx512) x86::indexer_scores_avx512(x);
+      else x86::indexer_scores_avx2(x);
+      return;
+    }
     for (int64_t s = s0; s < s1; ++s) {
       const float* key = st.entries.data() + s * d;
       float acc = 0;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "model/deepseek_v4_compressor.h"
 
 namespace nibble {
@@ -50,9 +51,10 @@ struct IndexerProjections {
 
 // One sequence's tokens: rows [first, first + n) of `proj`, at positions
 // p0 .. p0+n-1 of state `st`. Feeds its compressor and selects entries for
-// each of those queries (out.entries [n][topk]).
+// each of those queries (out.entries [n][topk]). isa: the scores' path (ref:
+// the portable loop; else the SIMD kernels of kernels_x86.h, IndexerScores).
 void indexer_select(const IndexerWeights& w, const RopeTable& rope, double rms_eps, const IndexerProjections& proj,
                     int64_t first, int64_t n, int64_t p0, int64_t rollback, CompressorState& st,
-                    IndexerSelection& out, ThreadPool* pool);
+                    IndexerSelection& out, ThreadPool* pool, CpuIsa isa);
 
 }  // namespace nibble

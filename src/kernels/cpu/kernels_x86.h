@@ -212,4 +212,24 @@ struct MlaItem {
 void mla_item_avx512(const MlaItem& it);
 void mla_item_avx2(const MlaItem& it);
 
+// The Lightning indexer's scores of one query (DeepSeek-V4's CSA layers,
+// model/deepseek_v4_indexer.h) over entries [s0, s1) of its keys:
+//   score[s] = sum_h max(q_h . key_s, 0) w_h     (w: each head's weight, scales folded in)
+// in the same files, on the score tiles of the attention above (8 heads x 2
+// entries; AVX2 4 x 2). Per score, in an order no other score, s0 or s1
+// changes: each head's dot lane-wise over dim in chunk order and the tile's
+// fixed reduction tree, then heads in tile order into one lane per head
+// position (relu, times w_h, added), then a fixed tree over those lanes.
+struct IndexerScores {
+  int64_t heads, dim;
+  const float* q;     // [heads, dim]
+  const float* w;     // [heads]
+  const float* keys;  // [entries, dim]
+  int64_t s0, s1;
+  float* score;       // score[s] for s in [s0, s1)
+  float* scratch;     // 64-byte aligned: (heads rounded up to 8) x (dim rounded up to 16) floats
+};
+void indexer_scores_avx512(const IndexerScores& x);
+void indexer_scores_avx2(const IndexerScores& x);
+
 }  // namespace nibble::x86

@@ -289,7 +289,39 @@ void project_out(const MlaItem& g) {
   }
 }
 
+// The 4 lanes of v summed in a fixed tree.
+inline float sum4(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
 }  // namespace
+
+void indexer_scores_avx2(const IndexerScores& x) {
+  const int64_t H = x.heads, d = x.dim, quads = (H + 3) / 4, ld = (d + 15) / 16 * 16;
+  // q padded to whole quads of heads with zeros (the tile reads 4 heads).
+  for (int64_t h = 0; h < quads * 4; ++h)
+    for (int64_t c = 0; c < ld; c += 8)
+      _mm256_store_ps(x.scratch + h * ld + c, h < H ? _mm256_maskload_ps(x.q + h * d + c, lanes(d - c))
+                                                     : _mm256_setzero_ps());
+  const float* last = x.keys + (x.s1 - 1) * d;
+  auto key = [&](int64_t s) { return s < x.s1 ? x.keys + s * d : last; };
+  for (int64_t s = x.s0; s < x.s1; s += 2) {
+    __m256 total = _mm256_setzero_ps();  // lanes 0-3: entry s's head positions, 4-7: entry s + 1's
+    for (int64_t qd = 0; qd < quads; ++qd) {
+      __m256 acc[8];
+      for (__m256& a : acc) a = _mm256_setzero_ps();
+      // Prefetches on the first quad's pass only: the others find the rows in L1.
+      dots_4x2(acc, x.scratch + qd * 4 * ld, ld, key(s), key(s + 1), d,
+               {qd == 0 ? key(s + 2) : nullptr, key(s + 3)}, {nullptr, nullptr});
+      alignas(32) float w8[8];
+      for (int h = 0; h < 4; ++h) w8[h] = w8[4 + h] = qd * 4 + h < H ? x.w[qd * 4 + h] : 0.0f;
+      total = _mm256_fmadd_ps(_mm256_max_ps(sum8(acc), _mm256_setzero_ps()), _mm256_load_ps(w8), total);
+    }
+    x.score[s] = sum4(_mm256_castps256_ps128(total));
+    if (s + 1 < x.s1) x.score[s + 1] = sum4(_mm256_extractf128_ps(total, 1));
+  }
+}
 
 void mla_item_avx2(const MlaItem& it) {
   absorb_query(it);

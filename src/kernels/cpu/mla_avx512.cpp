@@ -335,7 +335,39 @@ void project_out(const MlaItem& g) {
   }
 }
 
+// The 8 lanes of v (one tile half) summed in a fixed tree.
+inline float sum8(__m256 v) {
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
 }  // namespace
+
+void indexer_scores_avx512(const IndexerScores& x) {
+  const int64_t H = x.heads, d = x.dim, groups = (H + G - 1) / G, ld = (d + 15) / 16 * 16;
+  // q chunk-interleaved per group of 8 heads (q_slot), zero past the heads.
+  for (int64_t h = 0; h < groups * G; ++h)
+    for (int64_t kc = 0; kc < ld / 16; ++kc)
+      _mm512_store_ps(q_slot(x.scratch, ld, h, kc),
+                      h < H ? _mm512_maskz_loadu_ps(lanes(d - 16 * kc), x.q + h * d + 16 * kc) : _mm512_setzero_ps());
+  const float* last = x.keys + (x.s1 - 1) * d;
+  auto key = [&](int64_t s) { return s < x.s1 ? x.keys + s * d : last; };
+  const float* const none[2] = {nullptr, nullptr};
+  for (int64_t s = x.s0; s < x.s1; s += 2) {
+    __m512 total = _mm512_setzero_ps();  // lanes 0-7: entry s's head positions, 8-15: entry s + 1's
+    for (int64_t grp = 0; grp < groups; ++grp) {
+      __m512 acc[16];
+      for (__m512& a : acc) a = _mm512_setzero_ps();
+      dots_8x2(acc, x.scratch + grp * G * ld, key(s), key(s + 1), d, {key(s + 2), key(s + 3)}, none);
+      alignas(64) float w16[16];
+      for (int h = 0; h < G; ++h) w16[h] = w16[G + h] = grp * G + h < H ? x.w[grp * G + h] : 0.0f;
+      total = _mm512_fmadd_ps(_mm512_max_ps(sum16(acc), _mm512_setzero_ps()), _mm512_load_ps(w16), total);
+    }
+    x.score[s] = sum8(_mm512_castps512_ps256(total));
+    if (s + 1 < x.s1) x.score[s + 1] = sum8(_mm512_extractf32x8_ps(total, 1));
+  }
+}
 
 void mla_item_avx512(const MlaItem& it) {
   absorb_query(it);
