@@ -80,7 +80,7 @@ void CpuBackend::hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, Te
 }
 
 void CpuBackend::hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, Tensor streams) {
-  nibble::hc_post(s, y.data, post.data, comb.data, streams.rows, streams.data);
+  nibble::hc_post(s, y.data, post.data, comb.data, streams.rows, streams.data, pool_);
 }
 
 void CpuBackend::hc_head(const HcHeadWeights& w, const HcShape& s, Tensor streams, Tensor y) {

@@ -44,7 +44,8 @@ void hc_pre(const HcWeights& w, const HcShape& s, const float* streams, int64_t 
 
 // streams[k] <- post[k] * out + sum_j comb[j][k] * streams[j], in place.
 // out [n, D], post [n, N], comb [n, N, N], streams [n, N, D].
-void hc_post(const HcShape& s, const float* out, const float* post, const float* comb, int64_t n, float* streams);
+void hc_post(const HcShape& s, const float* out, const float* post, const float* comb, int64_t n, float* streams,
+             ThreadPool* pool);
 
 // streams [n, N, D] -> y [n, D] = sum_k (sigmoid(mix_k * scale + base_k) + eps) * stream_k.
 void hc_head(const HcHeadWeights& w, const HcShape& s, const float* streams, int64_t n, float* y, ThreadPool* pool);

@@ -102,7 +102,7 @@ TEST(HyperConnGpu, PostMatchesCpu) {
     const std::vector<float> out = randn(size_t(n * D), 4), post = randn(size_t(n * N), 5),
                              comb = randn(size_t(n * N * N), 6), streams = randn(size_t(n * N * D), 7);
     std::vector<float> want = streams;
-    hc_post(s, out.data(), post.data(), comb.data(), n, want.data());
+    hc_post(s, out.data(), post.data(), comb.data(), n, want.data(), nullptr);
     const std::vector<float> got = cuda_hc_post_host(N, D, out, post, comb, n, streams);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t k = 0; k < N; ++k)
