@@ -36,7 +36,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--sequences", "LIST", "concurrent sequence counts, comma-separated (default 1,2,4,8,16)"},
     {"-n,--decode-steps", "N", "timed decode steps per row (default 16)"},
     {"--prompt-tokens", "P", "prompt length of every sequence (default 64)"},
-    {"--step-tokens", "N", "most tokens one engine step processes: prefill runs in chunks of this size (default 256, as serve)"},
+    {"--step-tokens", "N", "most tokens one engine step processes: prefill in chunks of this size (default 256)"},
     {"-m,--model", "DIR", "the model folder (instead of the MODEL_DIR argument)"},
     {"-t,--threads", "N", "CPU threads (default: all)"},
     {"--device", "NAME", "host (this machine's CPU, the default) or cuda / cuda:N (a GPU; DeepSeek-V4 models)"},

@@ -10,7 +10,9 @@
 namespace nibble {
 
 CpuBackend::CpuBackend(ThreadPool* pool, ForwardProfile* profile, std::optional<CpuIsa> attention_isa)
-    : pool_(pool), profile_(profile), attention_isa_(attention_isa ? *attention_isa : best_cpu_isa(host_cpu_features())) {}
+    : pool_(pool),
+      profile_(profile),
+      attention_isa_(attention_isa ? *attention_isa : best_cpu_isa(host_cpu_features())) {}
 
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
   if (used_ == buffers_.size()) buffers_.emplace_back();

@@ -14,10 +14,6 @@
 
 namespace nibble {
 
-namespace {
-
-}  // namespace
-
 DeepseekV3Model::DeepseekV3Model(std::unique_ptr<Checkpoint> ck, const Detection& det, Plan plan,
                                  const LoadOptions& options)
     : ck_(std::move(ck)),
@@ -25,7 +21,8 @@ DeepseekV3Model::DeepseekV3Model(std::unique_ptr<Checkpoint> ck, const Detection
       max_chunk_(options.max_chunk_tokens),
       pool_(options.threads),
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
-      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get(), attention_isa_for(options.plan.linear_backend, plan_.device))) {
+      backend_(std::make_unique<CpuBackend>(&pool_, profile_.get(),
+                                            attention_isa_for(options.plan.linear_backend, plan_.device))) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   require_host_device(plan_.device, "DeepSeek-V3");
   cfg_ = parse_deepseek_v3_config(ck_->config(), ck_->file_path("config.json"));

@@ -128,7 +128,7 @@ void attend_cpu(const AttentionWeights& w, const AttentionShape& s, const RopeTa
     // (kernels_x86.h), per (token, slice of heads): each row loaded serves 8
     // heads. Per thread, the pointer list of the token its item is on.
     x86::MlaItem proto{};
-    proto.latent = d, proto.v = d, proto.scale = scale, proto.q_stride = d, proto.sinks = w.sink.data();
+    proto.latent = d, proto.v = d, proto.scale = scale, proto.q_stride = d;
     int64_t max_rows = 0;
     std::vector<const float*> probe;
     for (int64_t t = 0; t < n; ++t) key_rows(t, probe), max_rows = std::max<int64_t>(max_rows, int64_t(probe.size()));

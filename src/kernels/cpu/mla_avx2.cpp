@@ -220,7 +220,8 @@ void absorb_query(const MlaItem& it) {
     float* qa = g.q_abs + h * g.ld;
     float* qr = g.q_rope + h * g.ldr;
     if (!g.kv_b && h < g.heads) {
-      for (int64_t c = 0; c < C; c += 8) _mm256_maskstore_ps(qa + c, lanes(C - c), _mm256_maskload_ps(g.q + h * g.q_stride + c, lanes(C - c)));
+      for (int64_t c = 0; c < C; c += 8)
+        _mm256_maskstore_ps(qa + c, lanes(C - c), _mm256_maskload_ps(g.q + h * g.q_stride + c, lanes(C - c)));
       continue;
     }
     if (h >= g.heads) {

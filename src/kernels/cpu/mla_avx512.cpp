@@ -275,7 +275,8 @@ void absorb_query(const MlaItem& it) {
   for (int64_t h = 0; h < groups_of(it) * G; ++h) {
     if (!g.kv_b && h < g.heads) {
       for (int64_t kc = 0; kc * 16 < C; ++kc)
-        _mm512_store_ps(q_slot(g.q_abs, g.ld, h, kc), _mm512_maskz_loadu_ps(lanes(C - 16 * kc), g.q + h * g.q_stride + 16 * kc));
+        _mm512_store_ps(q_slot(g.q_abs, g.ld, h, kc),
+                        _mm512_maskz_loadu_ps(lanes(C - 16 * kc), g.q + h * g.q_stride + 16 * kc));
       continue;
     }
     if (h >= g.heads) {
