@@ -174,10 +174,11 @@ inline void group_step(__m256i v, __m256 s0, __m256 s1, const float* const* x, _
 // f32: acc[t] at 8 t), which are loaded at the
 // start and stored at the end: exact, so a row's sums do not depend on
 // where its columns were split. g1 = the row's group count includes a
-// partial last group. Prefetches one line per two groups at pf + 32 g.
+// partial last group. Prefetches one line per two groups at pf + 32 g and,
+// where spf is set, one scale line per 64 scale bytes at spf.
 template <int T, bool kNv>
 void fp4_row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
-                  const float* const* acts, const uint8_t* pf, float* state) {
+                  const float* const* acts, const uint8_t* pf, const uint8_t* spf, float* state) {
   constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_load_ps(state + 8 * t);
@@ -186,6 +187,8 @@ void fp4_row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_
   const int64_t g_end = g1 < full ? g1 : full;
   for (int64_t g = g0; g < g_end; ++g) {
     if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
+    if (spf != nullptr && (kScaleBytes * g) % 64 == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(spf + kScaleBytes * g), _MM_HINT_T0);
     __m256 s0, s1;
     group_scales<kNv>(srow + kScaleBytes * g, kScaleBytes, &s0, &s1);
     for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * g;
@@ -236,7 +239,9 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
         // Blocks: the same columns of this row in the next block, what
         // the stream wants next (prefetching past the matrix is harmless).
         const uint8_t* pf = T == 1 ? wrow + 2 * kPrefetch : wrow + block * wbytes;
-        fp4_row_part<T, kNv>(wrow, w.scales + (rb + i) * sbytes, cols, g0, g1, x, pf, state + i * 8 * T);
+        const uint8_t* srow = w.scales + (rb + i) * sbytes;
+        const uint8_t* spf = T == 1 ? nullptr : srow + block * sbytes;
+        fp4_row_part<T, kNv>(wrow, srow, cols, g0, g1, x, pf, spf, state + i * 8 * T);
       }
     }
     for (int64_t i = 0; i < nr; ++i) {
@@ -270,10 +275,11 @@ constexpr int kManyMinTokens = 8;
 
 // Groups [g0, g1) of one row decoded into dst (kDecodedFloats per group);
 // g1 = the row's group count includes a partial last group. Prefetches one
-// line per two groups at pf + 32 g.
+// line per two groups at pf + 32 g and one scale line per 64 scale bytes at
+// spf (as fp4_row_part).
 template <bool kNv>
 void decode_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
-                 const uint8_t* pf, float* dst) {
+                 const uint8_t* pf, const uint8_t* spf, float* dst) {
   constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
   const int64_t full = cols / kCols, rem = cols % kCols;
   const int64_t g_end = g1 < full ? g1 : full;
@@ -290,6 +296,7 @@ void decode_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t
   };
   for (int64_t g = g0; g < g_end; ++g) {
     if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
+    if ((kScaleBytes * g) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(spf + kScaleBytes * g), _MM_HINT_T0);
     __m256 s0, s1;
     group_scales<kNv>(srow + kScaleBytes * g, kScaleBytes, &s0, &s1);
     put(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g)), s0, s1, dst + kDecodedFloats * (g - g0));
@@ -384,7 +391,8 @@ void fp4_range_many(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* 
       const int64_t g1 = g0 + kManyGroups < groups ? g0 + kManyGroups : groups;
       for (int64_t i = 0; i < nr; ++i) {
         const uint8_t* wrow = w.data + (rb + i) * wbytes;
-        decode_part<kNv>(wrow, w.scales + (rb + i) * sbytes, cols, g0, g1, wrow + kManyRows * wbytes,
+        const uint8_t* srow = w.scales + (rb + i) * sbytes;
+        decode_part<kNv>(wrow, srow, cols, g0, g1, wrow + kManyRows * wbytes, srow + kManyRows * sbytes,
                          dec + i * kManyGroups * kDecodedFloats);
       }
       int64_t t = 0;

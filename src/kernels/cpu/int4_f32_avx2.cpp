@@ -126,10 +126,12 @@ inline void step(__m256i v, __m256 s, const float* const* x, __m256 (*acc)[T]) {
 // at 16 t, acc[1][t] at 16 t + 8), loaded at the start and stored at the end
 // (exact: column chunking changes no result). g1 = the row's step count
 // includes a 32-column last step. Prefetches one line per two steps at pf +
-// 32 g.
+// 32 g and, where spf is set, the scales of step g at spf every 16 steps
+// (one line of group-32 scales): a block's rows read their scales in
+// pieces 1 KB or more apart, which the hardware prefetcher does not follow.
 template <int T, bool kG32>
 void int4_row_part(const uint8_t* wrow, const uint16_t* srow, int64_t cols, int64_t group, int64_t g0, int64_t g1,
-                   const float* const* acts, const uint8_t* pf, float* state) {
+                   const float* const* acts, const uint8_t* pf, const uint16_t* spf, float* state) {
   __m256 acc[2][T];
   for (int t = 0; t < T; ++t) {
     acc[0][t] = _mm256_load_ps(state + 16 * t);
@@ -140,6 +142,7 @@ void int4_row_part(const uint8_t* wrow, const uint16_t* srow, int64_t cols, int6
   const int64_t g_end = g1 < full ? g1 : full;
   for (int64_t g = g0; g < g_end; ++g) {
     if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
+    if (spf != nullptr && (g & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(spf + kCols * g / group), _MM_HINT_T0);
     const __m256 s = step_scales(scale_pair<kG32>(srow, g, group, 2));
     for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * g;
     step<T>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g)), s, x, acc);
@@ -182,7 +185,9 @@ void int4_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* cons
       for (int64_t i = 0; i < nr; ++i) {
         const uint8_t* wrow = w.data + (rb + i) * wbytes;
         const uint8_t* pf = T == 1 ? wrow + 2 * kPrefetch : wrow + block * wbytes;
-        int4_row_part<T, kG32>(wrow, scales + (rb + i) * sper, cols, w.group, g0, g1, x, pf, state + i * 16 * T);
+        const uint16_t* srow = scales + (rb + i) * sper;
+        const uint16_t* spf = T == 1 ? nullptr : srow + block * sper;
+        int4_row_part<T, kG32>(wrow, srow, cols, w.group, g0, g1, x, pf, spf, state + i * 16 * T);
       }
     }
     for (int64_t i = 0; i < nr; ++i) {
