@@ -142,7 +142,8 @@ void int4_row_part(const uint8_t* wrow, const uint16_t* srow, int64_t cols, int6
   const int64_t g_end = g1 < full ? g1 : full;
   for (int64_t g = g0; g < g_end; ++g) {
     if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
-    if (spf != nullptr && (g & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(spf + kCols * g / group), _MM_HINT_T0);
+    if (spf != nullptr && (g & 15) == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(spf + kCols * g / group), _MM_HINT_T0);
     const __m256 s = step_scales(scale_pair<kG32>(srow, g, group, 2));
     for (int t = 0; t < T; ++t) x[t] = acts[t] + kCols * g;
     step<T>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g)), s, x, acc);
