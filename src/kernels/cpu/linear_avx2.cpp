@@ -10,8 +10,9 @@
 // the tokens per pass, the rows per block, the thread's row range and the
 // token's place in the batch; nothing is summed across tokens or rows. FP8:
 // see fp8_rows; exact FP4: fp4_f32_avx2.cpp; BF16: see bf16_rows; int8
-// FP4, F32: one row at a time, one accumulator chain per token, int8
-// quantization per token.
+// FP4: one accumulator chain per (row, token) pair, kept in memory between
+// column chunks (fp4_int8_range), int8 quantization per token; F32: one
+// row at a time, one accumulator chain per token.
 //
 // Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx2.h here, no
 // STL, everything but the entry points in an anonymous namespace (see
@@ -146,14 +147,24 @@ inline void fp4_step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g
   }
 }
 
+// Groups [g0, g1) of one row against T tokens, continuing the accumulators
+// in `state` (T vectors of 8 f32, loaded at the start and stored at the
+// end: exact, so where a row's columns are split changes no result). g1 =
+// the row's group count includes a partial last group. Prefetches one line
+// per two groups at pf + 32 g and, where spf is set, one scale line per 64
+// scale bytes at spf.
 template <int T, bool kNv>
-void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8_t* const* acts,
-             float* dots) {
+void fp4_row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
+                  const uint8_t* const* acts, const uint8_t* pf, const uint8_t* spf, float* state) {
+  constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
   __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_load_ps(state + 8 * t);
   const int64_t full = cols / kGroup;
-  for (int64_t g = 0; g < full; ++g) {
-    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow + 32 * g + kPrefetch), _MM_HINT_T0);
+  const int64_t g_end = g1 < full ? g1 : full;
+  for (int64_t g = g0; g < g_end; ++g) {
+    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
+    if (spf != nullptr && (kScaleBytes * g) % 64 == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(spf + kScaleBytes * g), _MM_HINT_T0);
     __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g));
     __m256 ws;
     if constexpr (kNv) {
@@ -168,15 +179,63 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
     fp4_step<T>(v, ws, acts, g, acc);
   }
   const int64_t rem = cols % kGroup;  // 16, 32 or 48 elements
-  if (rem > 0) {
+  if (rem > 0 && g1 > full) {
     alignas(32) uint8_t wbuf[64], sbuf[64];
     copy_tail(wrow + 32 * full, rem / 2, wbuf);
-    copy_tail(srow + (kNv ? 4 : 2) * full, kNv ? rem / 16 : rem / 32, sbuf);
+    copy_tail(srow + kScaleBytes * full, kNv ? rem / 16 : rem / 32, sbuf);
     __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wbuf));
     __m128i s = _mm_load_si128(reinterpret_cast<const __m128i*>(sbuf));
     fp4_step<T>(v, kNv ? nv_scales(s) : mx_scales(s), acts, full, acc);
   }
-  for (int t = 0; t < T; ++t) dots[t] = hsum(acc[t]);
+  for (int t = 0; t < T; ++t) _mm256_store_ps(state + 8 * t, acc[t]);
+}
+
+// Int8 FP4 rows [r0, r1) x tokens [t0, t0 + T). Up to 2 tokens stream
+// whole rows. From kInt8BlockFrom tokens on, a whole-row pass read all T
+// tokens' x for every row (2 bytes per element: T x 8 KB at 4096 columns),
+// more than L1 holds, at 128 bytes per token and 32 bytes of weights. So
+// rows go in blocks of kInt8BlockRows over chunks of kInt8ChunkCols
+// columns, whose x (T x 2 KB) stays in L1 while the block's rows pass over
+// it, as in fp4_range (fp4_f32_avx2.cpp), and with its prefetches. Zen 3,
+// bench --resident, 2 MB of MXFP4, best of 4 interleaved rounds, GB/s at
+// 3 / 4 / 8 tokens, whole rows -> blocks: 2048 columns 6.6 / 5.6 / 2.8 ->
+// 8.1 / 6.2 / 3.3; 4096: 6.6 / 5.0 / 2.5 -> 7.8 / 6.3 / 3.2; 16384: 5.2 /
+// 4.1 / 2.0 -> 6.2 / 4.9 / 2.5. At 2 tokens blocks were slower (4096
+// columns: 6.7-8.0 against 11.4).
+constexpr int64_t kInt8ChunkCols = 1024;
+constexpr int64_t kInt8BlockRows = 8;
+constexpr int kInt8BlockFrom = 3;
+
+template <int T, bool kNv>
+void fp4_int8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                    const RowsOut& out) {
+  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
+  const int64_t groups = (cols + kGroup - 1) / kGroup;
+  const float scale = kNv ? 0.5f * 256.0f * w.global_scale : 0.5f;  // 2w in the table, nv_scales' 2^-8
+  const int64_t chunk = T < kInt8BlockFrom ? groups : kInt8ChunkCols / kGroup;
+  const int64_t block = T < kInt8BlockFrom ? 1 : kInt8BlockRows;
+  alignas(32) float state[kInt8BlockRows * 8 * T];
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t nr = r1 - rb < block ? r1 - rb : block;
+    for (int64_t i = 0; i < nr * 8 * T; ++i) state[i] = 0.0f;
+    for (int64_t g0 = 0; g0 < groups; g0 += chunk) {
+      const int64_t g1 = g0 + chunk < groups ? g0 + chunk : groups;
+      for (int64_t i = 0; i < nr; ++i) {
+        const uint8_t* wrow = w.data + (rb + i) * wbytes;
+        const uint8_t* srow = w.scales + (rb + i) * sbytes;
+        // One token: kPrefetch ahead in its own row. Blocks: the same
+        // columns of this row in the next block, weights and scales.
+        const uint8_t* pf = block == 1 ? wrow + kPrefetch : wrow + block * wbytes;
+        const uint8_t* spf = block == 1 ? nullptr : srow + block * sbytes;
+        fp4_row_part<T, kNv>(wrow, srow, cols, g0, g1, acts, pf, spf, state + i * 8 * T);
+      }
+    }
+    for (int64_t i = 0; i < nr; ++i) {
+      float dots[T];
+      for (int t = 0; t < T; ++t) dots[t] = hsum(_mm256_load_ps(state + i * 8 * T + 8 * t));
+      store_row<T>(out, rb + i, t0, dots, scale);
+    }
+  }
 }
 
 // ---- FP8 block-128 ---------------------------------------------------------------
@@ -585,8 +644,10 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     fp8_range<T>(w, r0, r1, acts, t0, out);
     return;
   }
-  if ((w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4) && cls == ActsClass::f32_fp4) {
-    fp4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
+  if (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4) {
+    if (cls == ActsClass::f32_fp4) fp4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
+    else if (w.kind == WeightKind::nvfp4) fp4_int8_range<T, true>(w, r0, r1, acts, t0, out);
+    else fp4_int8_range<T, false>(w, r0, r1, acts, t0, out);
     return;
   }
   if (w.kind == WeightKind::int4) {  // int4_f32_avx2.cpp, int4_int8_avx2.cpp
@@ -603,17 +664,11 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
   for (int64_t r = r0; r < r1; ++r) {
     float scale = 1.0f;
     switch (w.kind) {
-      case WeightKind::mxfp4:
-        fp4_row<T, false>(w.data + r * (cols / 2), w.scales + r * (cols / 32), cols, acts, dots);
-        scale = 0.5f;
-        break;
-      case WeightKind::nvfp4:
-        fp4_row<T, true>(w.data + r * (cols / 2), w.scales + r * (cols / 16), cols, acts, dots);
-        scale = 0.5f * 256.0f * w.global_scale;
-        break;
       case WeightKind::f32:
         f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
         break;
+      case WeightKind::mxfp4:      // fp4_f32_rows_avx2, fp4_int8_range
+      case WeightKind::nvfp4:
       case WeightKind::bf16:       // bf16_range
       case WeightKind::fp8_ue8m0:
       case WeightKind::fp8_f32:
