@@ -192,16 +192,17 @@ void fp4_row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_
 
 // Int8 FP4 rows [r0, r1) x tokens [t0, t0 + T). Up to 2 tokens stream
 // whole rows. From kInt8BlockFrom tokens on, a whole-row pass read all T
-// tokens' x for every row (2 bytes per element: T x 8 KB at 4096 columns),
-// more than L1 holds, at 128 bytes per token and 32 bytes of weights. So
-// rows go in blocks of kInt8BlockRows over chunks of kInt8ChunkCols
-// columns, whose x (T x 2 KB) stays in L1 while the block's rows pass over
-// it, as in fp4_range (fp4_f32_avx2.cpp), and with its prefetches. Zen 3,
-// bench --resident, 2 MB of MXFP4, best of 4 interleaved rounds, GB/s at
-// 3 / 4 / 8 tokens, whole rows -> blocks: 2048 columns 6.6 / 5.6 / 2.8 ->
-// 8.1 / 6.2 / 3.3; 4096: 6.6 / 5.0 / 2.5 -> 7.8 / 6.3 / 3.2; 16384: 5.2 /
-// 4.1 / 2.0 -> 6.2 / 4.9 / 2.5. At 2 tokens blocks were slower (4096
-// columns: 6.7-8.0 against 11.4).
+// tokens' x for every row (2 bytes per element: 24-32 KB at 3-4 tokens and
+// 4096 columns, in a 32 KB L1 that the weights stream through too), 128
+// bytes per token for every 32 bytes of weights. So rows go in blocks of
+// kInt8BlockRows over chunks of kInt8ChunkCols columns, whose x (T x 2 KB)
+// stays in L1 while the block's rows pass over it, as in fp4_range
+// (fp4_f32_avx2.cpp), and with its prefetches. Zen 3, bench --resident,
+// 2 MB of MXFP4, best of 4 interleaved rounds, GB/s at 3 / 4 / 8 tokens,
+// whole rows -> blocks: 2048 columns 6.6 / 5.6 / 2.8 -> 8.1 / 6.2 / 3.3;
+// 4096: 6.6 / 5.0 / 2.5 -> 7.8 / 6.3 / 3.2; 16384: 5.2 / 4.1 / 2.0 -> 6.2 /
+// 4.9 / 2.5. At 2 tokens blocks were slower (4096 columns: 6.7-8.0 against
+// 11.4).
 constexpr int64_t kInt8ChunkCols = 1024;
 constexpr int64_t kInt8BlockRows = 8;
 constexpr int kInt8BlockFrom = 3;
