@@ -224,8 +224,8 @@ void fp4_int8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* 
       for (int64_t i = 0; i < nr; ++i) {
         const uint8_t* wrow = w.data + (rb + i) * wbytes;
         const uint8_t* srow = w.scales + (rb + i) * sbytes;
-        // One token: kPrefetch ahead in its own row. Blocks: the same
-        // columns of this row in the next block, weights and scales.
+        // Whole rows: kPrefetch ahead in the row. Blocks: the same columns
+        // of this row in the next block, weights and scales.
         const uint8_t* pf = block == 1 ? wrow + kPrefetch : wrow + block * wbytes;
         const uint8_t* spf = block == 1 ? nullptr : srow + block * sbytes;
         fp4_row_part<T, kNv>(wrow, srow, cols, g0, g1, acts, pf, spf, state + i * 8 * T);
