@@ -74,11 +74,14 @@ __device__ __forceinline__ uint32_t int4_unbias(uint32_t a) {
 #endif
 }
 
-// DeepSeek-V4's clamped SwiGLU, in moe_ref's f32 order.
+// DeepSeek-V4's clamped SwiGLU, in moe_ref's f32 order. The clamps are
+// std::min / std::clamp's comparisons, not fminf / fmaxf, so that a NaN
+// passes through as on the CPU (fminf(NaN, l) is l: a fault upstream would
+// come out as a finite silu(l) * u).
 __device__ __forceinline__ float swiglu(float g, float u, float limit) {
   if (limit > 0) {
-    g = fminf(g, limit);
-    u = fminf(fmaxf(u, -limit), limit);
+    g = limit < g ? limit : g;
+    u = u < -limit ? -limit : (limit < u ? limit : u);
   }
   return g / (1.0f + expf(-g)) * u;
 }
@@ -235,6 +238,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) moe_w4a16_kernel(const Ke
       int32_t* tk = p.tickets + int64_t(e) * p.strips + strip;
       if (lane == 0) ticket = atomicAdd(tk, 1);
       ticket = __shfl_sync(0xffffffffu, ticket, 0);
+      // Only lane 0 met the other splits' fences through the atomic; a
+      // shuffle is no memory operation, so the warp barrier orders the
+      // other lanes' reads after it (PTX memory model: bar.warp.sync).
+      __syncwarp();
       if (ticket == p.k_splits - 1) {
         __threadfence();
         for (int idx = lane; idx < kTileRows * count; idx += 32) {
