@@ -660,22 +660,12 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
     bf16_range<T>(w, r0, r1, acts, t0, out);
     return;
   }
+  // F32: every other kind returned above.
   float dots[T] = {};
   const int64_t cols = w.cols;
   for (int64_t r = r0; r < r1; ++r) {
-    float scale = 1.0f;
-    switch (w.kind) {
-      case WeightKind::f32:
-        f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
-        break;
-      case WeightKind::mxfp4:      // fp4_f32_rows_avx2, fp4_int8_range
-      case WeightKind::nvfp4:
-      case WeightKind::bf16:       // bf16_range
-      case WeightKind::fp8_ue8m0:
-      case WeightKind::fp8_f32:
-      case WeightKind::int4: break;  // fp8_range, int4_f32_*
-    }
-    store_row<T>(out, r, t0, dots, scale);
+    f32_row<T>(w.data + r * cols * 4, cols, acts, dots);
+    store_row<T>(out, r, t0, dots, 1.0f);
   }
 }
 
