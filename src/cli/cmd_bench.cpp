@@ -68,7 +68,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--fp8-scale", "T", "fp8_block128 scale type: ue8m0 (default) or f32"},
     {"--shared-format", "F", "moe: the shared expert's format (default: --format; DeepSeek-V4 ships fp8_block128)"},
     {"--threads", "N", "threads (default: all)"},
-    {"--backend", "NAME", "kernel from the registry (cpu_ref, cpu_avx2, cpu_avx512, cpu_avx2_int8, cpu_avx512_int8, cpu_avx512_amx), auto (default: the planner's choice) or read (reads the weights through the same op structure and computes nothing: plain reading's ratio)"},
+    {"--backend", "NAME", "kernel from the registry (cpu_ref, cpu_avx2, cpu_avx512, cpu_avx2_int8, cpu_avx512_int8, cpu_avx2_int16, cpu_avx512_amx), auto (default: the planner's choice) or read (reads the weights through the same op structure and computes nothing: plain reading's ratio)"},
     {"--isa", "NAME", "shorthand for --backend cpu_NAME: ref, avx2, avx512 (auto: the planner's choice)"},
     {"--iters", "N", "timed calls per measurement (default 20; ref 3), each paired with a bandwidth probe"},
     {"--resident", "", "linear: one in-cache copy of the weights, one thread, CPU-clock timing (compute ceiling)"},

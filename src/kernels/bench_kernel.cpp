@@ -15,7 +15,7 @@ BenchKernel bench_kernel(const KernelDesc& k) {
   // The registry holds function pointers only: the path is the one whose
   // per-ISA entry point is that function.
   for (CpuIsa isa : {CpuIsa::ref, CpuIsa::avx2, CpuIsa::avx512})
-    for (Fp4Acts acts : {Fp4Acts::f32, Fp4Acts::int8, Fp4Acts::bf16x3})
+    for (Fp4Acts acts : {Fp4Acts::f32, Fp4Acts::int8, Fp4Acts::bf16x3, Fp4Acts::int16})
       if ((b.linear && b.linear == linear_for_isa(isa, acts)) || (b.moe && b.moe == moe_for_isa(isa, acts))) {
         b.isa = cpu_isa_name(isa);
         b.reference = isa == CpuIsa::ref;

@@ -26,6 +26,8 @@ const std::vector<Format> kFp4Formats = {Format::mxfp4, Format::nvfp4};
 const std::vector<Format> kInt8ActsFormats = {Format::mxfp4, Format::nvfp4, Format::int4};
 const std::vector<Format>& kRefFormats = kAllWeightFormats;
 constexpr const char* kInt8Acts = "quantizes activations to int8";
+// The _int16 kernels (AVX2): FP4 only; INT4 runs exactly there.
+constexpr const char* kInt16Acts = "quantizes activations to int16 (step amax/32767 per block of 32)";
 
 std::string needs_cpu(const Device& d) {
   return d.kind == DeviceKind::cpu ? "" : "needs a CPU device; " + d.name + " is a CUDA device";
@@ -112,6 +114,13 @@ const std::vector<KernelDesc>& kernel_registry() {
       {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
        "AVX2 maddubs int8 dot (FP4 / INT4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
        nullptr, kInt8Acts, kInt8ActsFormats},
+      // Near-exact FP4 (fp4_int16_avx2.cpp): x rounded to int16 per block of
+      // 32, vpmaddwd dot products. Resident on Zen 3 1.6x the exact
+      // kernel's rate at 1-2 tokens (bench/RESULTS.md, "int16 FP4");
+      // bandwidth as cpu_avx2_int8's, compute between int8 and exact.
+      {"cpu_avx2_int16", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.45,
+       "AVX2 vpmaddwd int16 dot (FP4 x int16-quantized act); other formats as cpu_avx2", linear_avx2_int16,
+       nullptr, kInt16Acts, kFp4Formats},
       // AMX-BF16 tiles for batches (linear_amx.cpp): MXFP4, NVFP4, BF16 and
       // FP8 (UE8M0) weights against activations split exactly into three BF16 parts,
       // from kAmxMinTokens tokens per call; other formats and fewer tokens
@@ -135,6 +144,9 @@ const std::vector<KernelDesc>& kernel_registry() {
       {"cpu_avx2_int8", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.5,
        "AVX2 fused MoE, FP4 / INT4 experts x int8-quantized activations", nullptr, moe_avx2_int8, kInt8Acts,
        kInt8ActsFormats},
+      {"cpu_avx2_int16", Op::moe, kAllWeightFormats, needs_avx2, 0, 0.8, 0.45,
+       "AVX2 fused MoE, FP4 experts x int16-quantized activations", nullptr, moe_avx2_int16, kInt16Acts,
+       kFp4Formats},
       {"cpu_avx512_amx", Op::moe, kAllWeightFormats, needs_amx, 0, 0.85, 1.0,
        "AVX-512 fused MoE, experts with 16+ tokens on AMX-BF16 tiles (exact 3-way BF16 split of activations)",
        nullptr, moe_avx512_amx, nullptr, {}, nullptr, kAmxBatchVariant},

@@ -74,12 +74,13 @@ TEST(BenchCli, LinearJsonLines) {
 }
 
 TEST(BenchCli, BackendByName) {
-  // The opt-in int8 kernels can be measured by name; --isa is a shorthand
+  // The opt-in int8 and int16 kernels can be measured by name; --isa is a shorthand
   // for the default kernel of an ISA.
   if (!cpu_isa_unsupported(CpuIsa::avx2, host_cpu_features()).empty()) GTEST_SKIP() << "no AVX2";
   for (const auto& [args, backend, isa] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"--backend cpu_avx2_int8", "cpu_avx2_int8", "avx2"},
+           {"--backend cpu_avx2_int16", "cpu_avx2_int16", "avx2"},
            {"--isa avx2", "cpu_avx2", "avx2"},
            {"--backend cpu_ref", "cpu_ref", "ref"},
            // The read-only stand-in (the memory pattern's ceiling), on the

@@ -102,7 +102,7 @@ void check_linear(const WeightView& w, CpuIsa isa, Fp4Acts acts, int64_t n, Thre
   std::vector<float> x(size_t(n * w.cols));
   random_normal(x.data(), int64_t(x.size()), seed);
   std::vector<float> xr = x;  // what the kernel multiplies
-  if (int8) test::round_int8_blocks(xr, w.cols);
+  if (int8) test::round_int_blocks(xr, w.cols, 127.0f);
   std::vector<float> y(size_t(n * w.rows), NAN);
   linear_for_isa(isa, acts)(w, x.data(), n, y.data(), pool);
   const double depth = double(w.cols) / 64 + 15;

@@ -1,8 +1,8 @@
 // Every SIMD linear kernel against the scalar reference (dequantize_row +
 // f64 accumulation) on random weights of awkward shapes, every format,
 // batches 1..9, 12, 17 and 70, with and without threads: the default (exact) kernels and
-// the opt-in int8 ones, each ISA called directly (AVX2 runs on AVX-512
-// machines too).
+// the opt-in int8 and int16 ones, each ISA called directly (AVX2 runs on
+// AVX-512 machines too).
 //
 // Error budgets, derived from what each path rounds:
 // - f32-activation paths (every format in the default kernels; FP8, BF16,
@@ -10,17 +10,21 @@
 //   exactly, and an E2M1 or E4M3 value times an f32 is exact in an FMA),
 //   only the f32 accumulation rounds, so the result is within 1e-5 relative
 //   L2 of the f64 reference.
-// - int8-activation paths (MXFP4, NVFP4 in the int8 kernels): x is rounded
-//   to int8 per block of 32 with step d_b = amax_b / 127, so each output is
+// - int8- and int16-activation paths (MXFP4, NVFP4 in the int8 and int16
+//   kernels): x is rounded to int8 (int16) per block of 32 with step
+//   d_b = amax_b / qmax, qmax = 127 (32767), so each output is
 //   off by at most sum_j |w_j| * d_b(j) / 2 (checked per element), and on
 //   Gaussian data the error's RMS is sqrt(sum_j w_j^2 d_b(j)^2 / 12)
-//   (checked in L2, within 30%).
+//   (checked in L2, within 30%). The int16 steps are 258 times finer, so
+//   there the f32 accumulation's budget (below) is added in full rather
+//   than as the int8 check's 1e-5 of sum |w x|.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
@@ -75,8 +79,12 @@ void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, ui
 
   const x86::ActsClass cls = cpu::isa_kernels(v.isa, v.acts).acts_class(cpu::raw_weights(w.view).kind, n);
   // Only the opt-in kernels may round activations.
+  const bool quantized = cls == x86::ActsClass::int8_blocks || cls == x86::ActsClass::int16_fp4;
   if (v.acts == Fp4Acts::f32) {
-    ASSERT_NE(cls, x86::ActsClass::int8_blocks);
+    ASSERT_FALSE(quantized);
+  }
+  if (v.acts == Fp4Acts::int16) {
+    ASSERT_EQ(cls == x86::ActsClass::int16_fp4, c.format == Format::mxfp4 || c.format == Format::nvfp4);
   }
   if (v.acts == Fp4Acts::bf16x3) {
     const bool tiles = c.format == Format::mxfp4 || c.format == Format::nvfp4 || c.format == Format::bf16 ||
@@ -84,18 +92,20 @@ void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, ui
     ASSERT_EQ(cls == x86::ActsClass::bf16x3, tiles && n >= x86::kAmxMinTokens);
   }
   std::vector<double> wd = dequantized(w.view);
-  if (cls != x86::ActsClass::int8_blocks) {
-    // In L2, and per element against the worst case of f32 accumulation:
-    // a 16-lane sum runs cols/16 steps (plus a few for tile sums, scales and
-    // the final reduction), each rounding by at most 2^-24 of the partial
-    // sums, which never exceed sum_j |w_j x_j|.
+  // f32 accumulation: a 16-lane sum runs cols/16 steps (plus a few for tile
+  // sums, scales and the final reduction), each rounding by at most 2^-24
+  // of the partial sums, which never exceed sum_j |w_j x_j|.
+  const double f32_steps = double(c.cols) / 16 + 24;
+  if (!quantized) {
+    // In L2, and per element against the worst case of f32 accumulation
+    // (f32_steps).
     // The AMX tiles sum one output's products in one chain, two per
     // instruction: cols additions into C_hi (each within 2^-24 of the
     // partials, <= sum |w x|), 2 cols into C_lo, whose partials are below
     // 2^-8 of that (|x - hi| <= 2^-9 |x|, hi being x rounded to 8 bits), and
     // a few for C_hi + C_lo and the scales.
     const double steps =
-        cls == x86::ActsClass::bf16x3 ? double(c.cols) * (1 + 2 * 0x1p-8) + 8 : double(c.cols) / 16 + 24;
+        cls == x86::ActsClass::bf16x3 ? double(c.cols) * (1 + 2 * 0x1p-8) + 8 : f32_steps;
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < c.rows; ++r) {
         const size_t i = size_t(t * c.rows + r);
@@ -109,13 +119,15 @@ void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, ui
     return;
   }
 
-  // The int8 budget, from the activation quantization steps.
+  // The int8 / int16 budget, from the activation quantization steps.
+  const bool int16 = cls == x86::ActsClass::int16_fp4;
+  const double qmax = int16 ? 32767.0 : 127.0;
   std::vector<double> step(size_t(n * c.cols));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t b = 0; b < c.cols; b += 32) {
       double amax = 0;
       for (int64_t j = b; j < std::min(b + 32, c.cols); ++j) amax = std::max(amax, std::fabs(double(x[size_t(t * c.cols + j)])));
-      for (int64_t j = b; j < std::min(b + 32, c.cols); ++j) step[size_t(t * c.cols + j)] = amax / 127.0;
+      for (int64_t j = b; j < std::min(b + 32, c.cols); ++j) step[size_t(t * c.cols + j)] = amax / qmax;
     }
   double err2 = 0, pred2 = 0;
   for (int64_t t = 0; t < n; ++t)
@@ -129,7 +141,8 @@ void check_case(const Case& c, const Variant& v, int64_t n, ThreadPool* pool, ui
       }
       const double got = y[size_t(t * c.rows + r)], want = ref[size_t(t * c.rows + r)];
       // f32 accumulation and scale products add a few ulps of the magnitude.
-      ASSERT_LE(std::fabs(got - want), hard * 1.0001 + 1e-5 * mag + 1e-30)
+      const double f32_budget = int16 ? f32_steps * 0x1p-24 * mag : 1e-5 * mag;
+      ASSERT_LE(std::fabs(got - want), hard * 1.0001 + f32_budget + 1e-30)
           << "token " << t << " row " << r << ": " << got << " vs " << want;
       err2 += (got - want) * (got - want);
       pred2 += var;
@@ -206,12 +219,14 @@ TEST_P(LinearCpu, RejectsMalformedViews) {
   EXPECT_THROW(fn()(bad, x.data(), 1, y.data(), nullptr), Error);
 }
 
-TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
-  // x_j = k_j * 2^s with integer |k_j| <= 127 and each block's amax exactly
-  // 127 * 2^s: the int8 quantization is lossless, so the FP4 paths must then
-  // meet the f32 budget (this catches scale mistakes far below the int8
-  // rounding noise; the exact kernels meet it whatever x is).
+TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheIntGrid) {
+  // x_j = k_j * 2^s with integer |k_j| <= qmax and each block's amax exactly
+  // qmax * 2^s (qmax = 32767 for the int16 kernels, else 127): the int8 or
+  // int16 quantization is lossless, so the FP4 paths must then meet the f32
+  // budget (this catches scale mistakes far below the rounding noise; the
+  // exact kernels meet it whatever x is).
   SKIP_UNLESS_RUNNABLE(GetParam());
+  const float qmax = GetParam().acts == Fp4Acts::int16 ? 32767.0f : 127.0f;
   uint64_t seed = 500;
   for (const Case& c : cases()) {
     if (c.format != Format::mxfp4 && c.format != Format::nvfp4) continue;
@@ -226,8 +241,8 @@ TEST_P(LinearCpu, Fp4IsExactWhenActivationsAreOnTheInt8Grid) {
           const size_t base = size_t(t * c.cols + b), k = size_t(b / 32 + t);
           const float scale = std::ldexp(1.0f, int(k % 7) - 3);
           for (size_t j = base; j < base + size_t(std::min<int64_t>(32, c.cols - b)); ++j)
-            x[j] = std::clamp(std::nearbyint(g[j] * 40.0f), -127.0f, 127.0f) * scale;
-          x[base + k % 16] = (k % 2 ? -127.0f : 127.0f) * scale;
+            x[j] = std::clamp(std::nearbyint(g[j] * (qmax / 3.0f)), -qmax, qmax) * scale;
+          x[base + k % 16] = (k % 2 ? -qmax : qmax) * scale;
         }
       std::vector<float> y(size_t(n * c.rows)), ref(y.size());
       fn()(w.view, x.data(), n, y.data(), nullptr);
@@ -265,7 +280,8 @@ TEST_P(LinearCpu, RowsHonourTokenIndexAndRowsOut) {
     std::vector<float> y(size_t(ny * rows), 0.25f), want = y;
     const int64_t r0 = 5, r1 = 31;  // a row range, not the whole matrix
     k.linear_rows(raw, r0, r1, acts, x86::RowsOut{y.data(), rows, alpha.data(), true, yi.data()});
-    // The same rounding as the kernel's (int8 blocks for FP4 in int8 mode).
+    // The same rounding as the kernel's (int8 / int16 blocks for FP4 in
+    // those modes).
     std::vector<float> xr = x;
     test::round_like_kernel(xr, cols, v.isa, v.acts, w.view);
     std::vector<float> dot(static_cast<size_t>(rows));
@@ -291,16 +307,41 @@ INSTANTIATE_TEST_SUITE_P(Kernel, LinearCpu,
 TEST(LinearCpu, ZeroAndConstantBlocksStayExact) {
   // A block of zero activations has amax 0 (scale 0, no division by zero);
   // a constant block quantizes exactly.
-  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
+  for (auto [isa, acts] : {std::pair{CpuIsa::avx2, Fp4Acts::int8}, std::pair{CpuIsa::avx512, Fp4Acts::int8},
+                           std::pair{CpuIsa::avx2, Fp4Acts::int16}}) {
     if (!isa_available(isa)) continue;
     for (Format f : {Format::mxfp4, Format::nvfp4}) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " " + fp4_acts_name(acts) + " " + format_name(f));
       OwnedWeights w = random_weights(f, 9, 96, 3);
       std::vector<float> x(96, 0.0f);
       for (int j = 32; j < 64; ++j) x[size_t(j)] = 0.75f;
       std::vector<float> y(9), ref(9);
-      linear_for_isa(isa, Fp4Acts::int8)(w.view, x.data(), 1, y.data(), nullptr);
+      linear_for_isa(isa, acts)(w.view, x.data(), 1, y.data(), nullptr);
       linear_ref(w.view, x.data(), 1, ref.data(), nullptr);
       for (int r = 0; r < 9; ++r) EXPECT_NEAR(y[size_t(r)], ref[size_t(r)], 1e-6 * (1 + std::fabs(ref[size_t(r)])));
+    }
+  }
+}
+
+TEST(LinearCpu, Int16NonFiniteActivationsGiveNaN) {
+  // A block of x holding inf or NaN gets step NaN in the int16 layout (its
+  // integers cannot carry them): every output of that token is NaN, as the
+  // exact kernels' would be non-finite, and the token beside it is
+  // untouched (no crash, no undefined float -> int16 conversion).
+  if (!isa_available(CpuIsa::avx2)) GTEST_SKIP() << "no AVX2";
+  for (Format f : {Format::mxfp4, Format::nvfp4}) {
+    OwnedWeights w = random_weights(f, 5, 96, 4);
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+      std::vector<float> x(2 * 96);
+      random_normal(x.data(), int64_t(x.size()), 9);
+      x[40] = bad;  // token 0, block 1
+      std::vector<float> y(10), ref(10);
+      linear_for_isa(CpuIsa::avx2, Fp4Acts::int16)(w.view, x.data(), 2, y.data(), nullptr);
+      linear_ref(w.view, x.data(), 2, ref.data(), nullptr);
+      for (int r = 0; r < 5; ++r) {
+        EXPECT_TRUE(std::isnan(y[size_t(r)])) << format_name(f) << " row " << r << ": " << y[size_t(r)];
+        EXPECT_NEAR(y[size_t(5 + r)], ref[size_t(5 + r)], 1e-3 * (1 + std::fabs(ref[size_t(5 + r)])));
+      }
     }
   }
 }

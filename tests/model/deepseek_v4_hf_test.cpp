@@ -24,11 +24,23 @@ namespace {
 // position, a dropped expert) moves logits by >= 1e-3 relative.
 constexpr double kRelTol = 1e-5;
 
+// The opt-in int16 kernels (cpu_avx2_int16) round x to int16 per block of
+// 32 before every FP4 matrix: element error <= amax / 32767 / 2, uniform, so
+// a dot product's relative error is about (amax / rms) / (32767 sqrt(12)),
+// at most sqrt(32) / 113,500 = 5e-5 for a block of 32 (one element carrying
+// it all). Along a chain of ~10 such products (the experts of every layer,
+// then the head) the errors add like a random walk: sqrt(10) * 5e-5 =
+// 1.6e-4; 5e-4 allows ~3x that, and stays below what a real mistake moves
+// (>= 1e-3). Observed: 1.4e-4 on flash_tiny_stock, 8.7e-5 on NVFP4; the
+// FP8-expert fixture runs exactly (1.5e-6). So the int16 path does not meet
+// issue 19's 1e-5 policy for a default kernel: it stays opt-in.
+constexpr double kInt16RelTol = 5e-4;
+
 class DeepseekV4Hf : public ::testing::TestWithParam<std::string> {};
 
 // The fixture's every sequence, fed from position 0 with `backend`, against
 // the oracle's logits.
-void expect_matches_transformers(const std::string& name, const std::string& backend) {
+void expect_matches_transformers(const std::string& name, const std::string& backend, double tol = kRelTol) {
   auto model = load_model(test::fixture_dir(name), test::test_load_options(backend));
   test::Expected exp = test::load_expected(name);
   ASSERT_EQ(model->vocab_size(), exp.vocab);
@@ -39,10 +51,10 @@ void expect_matches_transformers(const std::string& name, const std::string& bac
     auto st = model->new_state();
     model->forward(*st, seq.tokens, logits.data(), /*all_logits=*/true);
     EXPECT_EQ(st->position(), n);
-    test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, kRelTol);
+    test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, tol);
     std::printf("[ %s %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(),
                 backend.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
-    EXPECT_LE(c.max_err, kRelTol) << name << " sequence " << i << " worst position " << c.worst_position;
+    EXPECT_LE(c.max_err, tol) << name << " sequence " << i << " worst position " << c.worst_position;
     EXPECT_EQ(c.argmax_mismatches, 0) << name << " sequence " << i;
   }
 }
@@ -57,6 +69,14 @@ TEST_P(DeepseekV4Hf, FullForwardMatchesTransformers) { expect_matches_transforme
 TEST_P(DeepseekV4Hf, AmxBackendMatchesTransformers) {
   if (std::string why = amx_unsupported_here(); !why.empty()) GTEST_SKIP() << "cpu_avx512_amx: " << why;
   expect_matches_transformers(GetParam(), "cpu_avx512_amx");
+}
+
+// The opt-in int16 backend (cpu_avx2_int16: FP4 matrices against x rounded
+// to int16 per block of 32), within its own rounding's budget (kInt16RelTol).
+TEST_P(DeepseekV4Hf, Int16BackendMatchesTransformers) {
+  if (std::string why = cpu_isa_unsupported(CpuIsa::avx2, host_cpu_features()); !why.empty())
+    GTEST_SKIP() << "cpu_avx2_int16: " << why;
+  expect_matches_transformers(GetParam(), "cpu_avx2_int16", kInt16RelTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Hf, ::testing::ValuesIn(test::dsv4_fixtures()));

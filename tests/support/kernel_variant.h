@@ -1,6 +1,6 @@
 // One CPU kernel variant as the kernel tests name it: an ISA and what its
 // FP4 path does with activations (the exact f32 default, the opt-in int8
-// one, the opt-in AMX tiles). linear_cpu_test.cpp and moe_cpu_test.cpp run
+// and int16 ones, the opt-in AMX tiles). linear_cpu_test.cpp and moe_cpu_test.cpp run
 // the same list; its names are the tests' parameter suffixes (avx512_int8,
 // avx512_amx, ...).
 #pragma once
@@ -19,7 +19,10 @@ struct KernelVariant {
 };
 
 inline std::string variant_name(const KernelVariant& v) {
-  const char* suffix = v.acts == Fp4Acts::int8 ? "_int8" : v.acts == Fp4Acts::bf16x3 ? "_amx" : "";
+  const char* suffix = v.acts == Fp4Acts::int8     ? "_int8"
+                       : v.acts == Fp4Acts::int16  ? "_int16"
+                       : v.acts == Fp4Acts::bf16x3 ? "_amx"
+                                                   : "";
   return std::string(cpu_isa_name(v.isa)) + suffix;
 }
 
@@ -44,6 +47,7 @@ inline std::string variant_unsupported(const KernelVariant& v) {
                     ::nibble::test::KernelVariant{::nibble::CpuIsa::avx512, ::nibble::Fp4Acts::f32},      \
                     ::nibble::test::KernelVariant{::nibble::CpuIsa::avx2, ::nibble::Fp4Acts::int8},       \
                     ::nibble::test::KernelVariant{::nibble::CpuIsa::avx512, ::nibble::Fp4Acts::int8},     \
+                    ::nibble::test::KernelVariant{::nibble::CpuIsa::avx2, ::nibble::Fp4Acts::int16},      \
                     ::nibble::test::KernelVariant{::nibble::CpuIsa::avx512, ::nibble::Fp4Acts::bf16x3}),  \
       [](const auto& info) { return ::nibble::test::variant_name(info.param); }
 

@@ -46,13 +46,19 @@ struct RawWeights {
 //   int8_int4     INT4 weights, lossy (opt-in `*_int8` backends): x rounded
 //                 to int8 per block of 32 as int8_blocks, laid out for the
 //                 codes' byte order (int4_int8_avx2.cpp / int4_int8_avx512.cpp)
+//   int16_fp4     FP4 weights, near-exact (opt-in `cpu_avx2_int16` backends,
+//                 AVX2 only): x rounded to int16 per block of 32 (step
+//                 amax/32767), laid out for the codes' words
+//                 (fp4_int16_avx2.cpp)
 //   bf16x3        MXFP4, NVFP4, BF16 and FP8 (UE8M0) weights on AMX tiles (opt-in
 //                 `cpu_avx512_amx` backends, from kAmxMinTokens tokens per
 //                 call): x split into BF16 hi, mid, lo planes with
 //                 hi + mid + lo == x exactly (linear_amx.cpp)
-// Every layout but int8_blocks and int8_int4 keeps x exactly.
-enum class ActsClass : int32_t { int8_blocks, f32_even_odd, f32_plain, f32_fp4, f32_int4, int8_int4, bf16x3 };
-constexpr int kActsClasses = 7;
+// Every layout but int8_blocks, int8_int4 and int16_fp4 keeps x exactly.
+enum class ActsClass : int32_t {
+  int8_blocks, f32_even_odd, f32_plain, f32_fp4, f32_int4, int8_int4, bf16x3, int16_fp4
+};
+constexpr int kActsClasses = 8;
 
 // Activations prepared by prepare_acts_*, `stride` bytes per token.
 struct PreparedActs {
@@ -160,6 +166,13 @@ void fp4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_
 void int4_f32_prepare_avx2(const float* x, int64_t cols, float* out);
 void int4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
                         int64_t t0, const RowsOut& out);
+// FP4 against int16 activations (fp4_int16_avx2.cpp): the int16_fp4 stride
+// and preparation of one token, and rows [r0, r1) x tokens [t0, t0 +
+// n_tok) for the token rows acts[0 .. n_tok) (any n_tok >= 1).
+int64_t fp4_int16_stride_avx2(int64_t cols);
+void fp4_int16_prepare_avx2(const float* x, int64_t cols, uint8_t* out);
+void fp4_int16_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
+                         int64_t t0, const RowsOut& out);
 int64_t int4_int8_stride_avx2(int64_t cols);
 void int4_int8_prepare_avx2(const float* x, int64_t cols, uint8_t* out);
 void int4_int8_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,

@@ -647,6 +647,7 @@ void rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* con
   }
   if (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4) {
     if (cls == ActsClass::f32_fp4) fp4_f32_rows_avx2(w, r0, r1, acts, T, t0, out);
+    else if (cls == ActsClass::int16_fp4) fp4_int16_rows_avx2(w, r0, r1, acts, T, t0, out);
     else if (w.kind == WeightKind::nvfp4) fp4_int8_range<T, true>(w, r0, r1, acts, t0, out);
     else fp4_int8_range<T, false>(w, r0, r1, acts, t0, out);
     return;
@@ -701,6 +702,7 @@ inline __m256 exp_ps(__m256 x) {
 int64_t acts_stride_avx2(ActsClass c, int64_t cols) {
   const int64_t padded = round_up(cols, kPad);
   if (c == ActsClass::int8_int4) return int4_int8_stride_avx2(cols);
+  if (c == ActsClass::int16_fp4) return fp4_int16_stride_avx2(cols);
   return c == ActsClass::int8_blocks ? padded / kGroup * kGroupBytes : padded * 4;
 }
 
@@ -715,6 +717,7 @@ void prepare_acts_avx2(ActsClass c, const float* x, int64_t n, int64_t cols, uin
       case ActsClass::f32_fp4: fp4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_int4: int4_f32_prepare_avx2(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::int8_int4: int4_int8_prepare_avx2(x + t * cols, cols, o); break;
+      case ActsClass::int16_fp4: fp4_int16_prepare_avx2(x + t * cols, cols, o); break;
       case ActsClass::bf16x3: break;  // AVX-512 + AMX only (linear_amx.cpp)
     }
   }

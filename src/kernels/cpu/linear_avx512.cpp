@@ -630,6 +630,7 @@ int64_t acts_stride_avx512(ActsClass c, int64_t cols) {
     case ActsClass::f32_plain:
     case ActsClass::f32_fp4:
     case ActsClass::f32_int4:
+    case ActsClass::int16_fp4:  // AVX2 only (cpu_avx2_int16)
     case ActsClass::bf16x3: break;  // (linear_amx.cpp's own stride)
   }
   return padded * 4;
@@ -646,6 +647,7 @@ void prepare_acts_avx512(ActsClass c, const float* x, int64_t n, int64_t cols, u
       case ActsClass::f32_fp4: fp4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::f32_int4: int4_f32_prepare_avx512(x + t * cols, cols, reinterpret_cast<float*>(o)); break;
       case ActsClass::int8_int4: int4_int8_prepare_avx512(x + t * cols, cols, o); break;
+      case ActsClass::int16_fp4:      // AVX2 only (cpu_avx2_int16)
       case ActsClass::bf16x3: break;  // linear_amx.cpp's
     }
   }

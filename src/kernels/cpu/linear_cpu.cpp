@@ -28,7 +28,10 @@ template <Fp4Acts kFp4>
 ActsClass acts_class(WeightKind kind, int64_t /*n*/) {
   switch (kind) {
     case WeightKind::mxfp4:
-    case WeightKind::nvfp4: return kFp4 == Fp4Acts::int8 ? ActsClass::int8_blocks : ActsClass::f32_fp4;
+    case WeightKind::nvfp4:
+      if constexpr (kFp4 == Fp4Acts::int8) return ActsClass::int8_blocks;
+      else if constexpr (kFp4 == Fp4Acts::int16) return ActsClass::int16_fp4;
+      else return ActsClass::f32_fp4;
     case WeightKind::bf16: return ActsClass::f32_even_odd;
     case WeightKind::fp8_ue8m0:
     case WeightKind::fp8_f32:
@@ -90,6 +93,10 @@ const IsaKernels kAvx2 = {CpuIsa::avx2,           Fp4Acts::f32,          acts_cl
 const IsaKernels kAvx2Int8 = {CpuIsa::avx2,          Fp4Acts::int8,          acts_class<Fp4Acts::int8>,
                               x86::acts_stride_avx2, x86::prepare_acts_avx2, x86::linear_rows_avx2,
                               x86::swiglu_avx2};
+// FP4 x int16 (fp4_int16_avx2.cpp); every other format as kAvx2.
+const IsaKernels kAvx2Int16 = {CpuIsa::avx2,          Fp4Acts::int16,         acts_class<Fp4Acts::int16>,
+                               x86::acts_stride_avx2, x86::prepare_acts_avx2, x86::linear_rows_avx2,
+                               x86::swiglu_avx2};
 const IsaKernels kAvx512 = {CpuIsa::avx512,          Fp4Acts::f32,             acts_class<Fp4Acts::f32>,
                             x86::acts_stride_avx512, x86::prepare_acts_avx512, x86::linear_rows_avx512,
                             x86::swiglu_avx512};
@@ -131,6 +138,10 @@ const IsaKernels& isa_kernels(CpuIsa isa, Fp4Acts acts) {
     if (const std::string& why = amx_unsupported_here(); !why.empty())
       fail("cannot run the AMX kernels here: ", why);
     return kAvx512Amx;
+  }
+  if (acts == Fp4Acts::int16) {
+    if (isa != CpuIsa::avx2) fail("the int16 kernels are AVX2 kernels, not ", cpu_isa_name(isa));
+    return kAvx2Int16;
   }
   if (isa == CpuIsa::avx2) return int8 ? kAvx2Int8 : kAvx2;
   return int8 ? kAvx512Int8 : kAvx512;
@@ -293,6 +304,7 @@ const char* fp4_acts_name(Fp4Acts a) {
     case Fp4Acts::f32: return "f32";
     case Fp4Acts::int8: return "int8";
     case Fp4Acts::bf16x3: return "bf16x3";
+    case Fp4Acts::int16: return "int16";
   }
   return "?";
 }
@@ -313,6 +325,10 @@ void linear_avx512_int8(const WeightView& w, const float* x, int64_t n, float* y
   linear_simd(CpuIsa::avx512, Fp4Acts::int8, w, x, n, y, pool);
 }
 
+void linear_avx2_int16(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  linear_simd(CpuIsa::avx2, Fp4Acts::int16, w, x, n, y, pool);
+}
+
 void linear_avx512_amx(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
   linear_simd(CpuIsa::avx512, Fp4Acts::bf16x3, w, x, n, y, pool);
 }
@@ -320,6 +336,7 @@ void linear_avx512_amx(const WeightView& w, const float* x, int64_t n, float* y,
 LinearFn linear_for_isa(CpuIsa isa, Fp4Acts acts) {
   const bool int8 = acts == Fp4Acts::int8;
   if (acts == Fp4Acts::bf16x3 && isa != CpuIsa::ref) return isa == CpuIsa::avx512 ? linear_avx512_amx : nullptr;
+  if (acts == Fp4Acts::int16 && isa != CpuIsa::ref) return isa == CpuIsa::avx2 ? linear_avx2_int16 : nullptr;
   switch (isa) {
     case CpuIsa::ref: return linear_ref;
     case CpuIsa::avx2: return int8 ? linear_avx2_int8 : linear_avx2;

@@ -21,6 +21,10 @@ namespace nibble {
 //   int8  x rounded to int8 per block of 32 (scale amax/127), then integer
 //         dot products (VNNI / maddubs): faster at large batches, lossy
 //         (opt-in backends cpu_avx2_int8, cpu_avx512_int8)
+//   int16 AVX2 only: x rounded to int16 per block of 32 (scale
+//         amax/32767, 256 times finer than int8), then vpmaddwd dot
+//         products: near-exact, faster than f32 at 1-4 tokens (opt-in
+//         backends cpu_avx2_int16; INT4 runs as f32 there)
 //   bf16x3  AVX-512 only, on AMX tiles (opt-in backends cpu_avx512_amx):
 //         from x86::kAmxMinTokens tokens per call, MXFP4, NVFP4, BF16 and
 //         FP8 (UE8M0 scales) weights multiply x split exactly into three BF16 parts (products
@@ -28,8 +32,8 @@ namespace nibble {
 //         other formats, run as f32. A token's last bits then depend on how
 //         many tokens share its call: not batch invariant.
 // Other FP8 and F32 weights always run against f32 activations, exactly.
-enum class Fp4Acts { f32, int8, bf16x3 };
-const char* fp4_acts_name(Fp4Acts a);  // "f32", "int8", "bf16x3"
+enum class Fp4Acts { f32, int8, bf16x3, int16 };
+const char* fp4_acts_name(Fp4Acts a);  // "f32", "int8", "bf16x3", "int16"
 
 // Y[n, rows] = X[n, cols] · W^T. Throw nibble::Error (naming the tensor) for
 // a malformed view, or when this CPU lacks the ISA.
@@ -38,6 +42,8 @@ void linear_avx512(const WeightView& w, const float* x, int64_t n, float* y, Thr
 // The same with FP4 and INT4 weights against int8 activations (lossy, opt-in).
 void linear_avx2_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 void linear_avx512_int8(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+// FP4 weights against int16 activations on AVX2 (Fp4Acts::int16; opt-in).
+void linear_avx2_int16(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 // AVX-512 with AMX-BF16 tiles for batches (Fp4Acts::bf16x3; opt-in).
 void linear_avx512_amx(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 
@@ -48,8 +54,9 @@ std::string amx_unsupported(const CpuFeatures& f);
 // tile state (both asked once, on the first call).
 const std::string& amx_unsupported_here();
 
-// linear_ref, linear_avx2(_int8), linear_avx512(_int8) or linear_avx512_amx
-// (ref ignores acts; bf16x3 with avx2: null, there is no such kernel).
+// linear_ref, linear_avx2(_int8, _int16), linear_avx512(_int8) or
+// linear_avx512_amx (ref ignores acts; bf16x3 with avx2 and int16 with
+// avx512: null, there are no such kernels).
 LinearFn linear_for_isa(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
 namespace cpu {

@@ -299,6 +299,11 @@ void moe_avx512_int8(const MoeWeights& w, const float* x, const int32_t* token_i
   moe_simd(CpuIsa::avx512, Fp4Acts::int8, w, x, token_ids, n, y, pool);
 }
 
+void moe_avx2_int16(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                    ThreadPool* pool) {
+  moe_simd(CpuIsa::avx2, Fp4Acts::int16, w, x, token_ids, n, y, pool);
+}
+
 void moe_avx512_amx(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
                     ThreadPool* pool) {
   moe_simd(CpuIsa::avx512, Fp4Acts::bf16x3, w, x, token_ids, n, y, pool);
@@ -307,6 +312,7 @@ void moe_avx512_amx(const MoeWeights& w, const float* x, const int32_t* token_id
 MoeFn moe_for_isa(CpuIsa isa, Fp4Acts acts) {
   const bool int8 = acts == Fp4Acts::int8;
   if (acts == Fp4Acts::bf16x3 && isa != CpuIsa::ref) return isa == CpuIsa::avx512 ? moe_avx512_amx : nullptr;
+  if (acts == Fp4Acts::int16 && isa != CpuIsa::ref) return isa == CpuIsa::avx2 ? moe_avx2_int16 : nullptr;
   switch (isa) {
     case CpuIsa::ref: return moe_ref;
     case CpuIsa::avx2: return int8 ? moe_avx2_int8 : moe_avx2;

@@ -22,6 +22,9 @@ void moe_avx2_int8(const MoeWeights& w, const float* x, const int32_t* token_ids
                    ThreadPool* pool);
 void moe_avx512_int8(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
                      ThreadPool* pool);
+// FP4 experts against int16 activations (Fp4Acts::int16; AVX2, opt-in).
+void moe_avx2_int16(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
+                    ThreadPool* pool);
 // Experts with kAmxMinTokens or more tokens on AMX tiles (Fp4Acts::bf16x3).
 void moe_avx512_amx(const MoeWeights& w, const float* x, const int32_t* token_ids, int64_t n, float* y,
                     ThreadPool* pool);
@@ -31,8 +34,8 @@ void moe_avx512_amx(const MoeWeights& w, const float* x, const int32_t* token_id
 void moe_with_kernels(const cpu::IsaKernels& k, const MoeWeights& w, const float* x, const int32_t* token_ids,
                       int64_t n, float* y, ThreadPool* pool);
 
-// moe_ref, moe_avx2(_int8), moe_avx512(_int8) or moe_avx512_amx (ref
-// ignores acts; bf16x3 with avx2: null).
+// moe_ref, moe_avx2(_int8, _int16), moe_avx512(_int8) or moe_avx512_amx
+// (ref ignores acts; bf16x3 with avx2 and int16 with avx512: null).
 MoeFn moe_for_isa(CpuIsa isa, Fp4Acts acts = Fp4Acts::f32);
 
 }  // namespace nibble

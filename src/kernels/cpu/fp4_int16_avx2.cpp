@@ -1,0 +1,232 @@
+// FP4 (MXFP4 / NVFP4) weights against int16 activations on AVX2: the
+// near-exact opt-in path of the `cpu_avx2_int16` backends. x is rounded to
+// int16 per block of 32 (step amax/32767, 256 times finer than the int8
+// path's amax/127), the products are integer dot products (vpmaddwd), and
+// only the rounding of x, one int32 -> f32 conversion per group and the f32
+// accumulation lose bits.
+//
+// Why: the exact kernel (fp4_f32_avx2.cpp) spends 19 ops decoding 64 codes
+// to f32 and 10 FMAs per token on them; at one token it is compute-bound
+// on Zen 3 (bench/results). Here 64 codes decode in 9 ops to 4 vectors of
+// int16 and each token takes 4 vpmaddwd, 3 adds, a conversion, a multiply
+// and an FMA.
+//
+// Decoding. vpshufb maps each code to the int8 2w (E2M1 doubled: 0, ±1,
+// ±2, ±3, ±4, ±6, ±8, ±12). Per 32 bytes of codes, split into low nibbles L
+// (byte j = code 2j) and high nibbles H (code 2j + 1), each looked up, the
+// words 256 * 2w come from two 16-bit ops per vector, with no sign
+// extension: the byte becomes a word's high byte,
+//   W0 = L << 8 (even bytes)   W1 = L & 0xFF00 (odd bytes)
+//   W2 = H << 8                W3 = H & 0xFF00
+// so word m of 128-bit lane l (p = 8l + m) of Wk holds code
+// 32l + 4m + {0, 2, 1, 3}[k], and the int16 x of the int16_fp4 layout sits
+// in the same places. vpmaddwd sums word pairs, so dword J of the four
+// products' sum covers codes 8J .. 8J + 7 (J < 4) and 8J + 0..7 (lane 1
+// likewise): NVFP4 block J / 2, MXFP4 block J / 4 - the dword layouts of
+// nv_scales and mx_scales.
+//
+// Range: |256 * 2w| <= 3072 and |q| <= 32767, so a dword's 8 products sum
+// to at most 8 * 3072 * 32767 < 2^30: no overflow. The sum is exact; its
+// conversion to f32 rounds (relative 2^-24).
+//
+// int16_fp4 layout per group of 64 columns and token (kGroupBytes):
+//   [  0..127] q: 4 vectors of 16 int16, vector k word p = 8l + m the
+//              column 32l + 4m + {0, 2, 1, 3}[k] (zero past cols)
+//   [128..159] xs: 8 f32, dword J = the step of x-block J / 4 (amax/32767)
+// padded to 128 columns as every layout.
+//
+// Batch invariance: every (row, token) pair runs the same operations in the
+// same order whatever T, the pass and the row block; accumulators wait in
+// memory exactly between column chunks.
+//
+// Only <immintrin.h>, <cstdint>, kernels_x86.h and simd_avx2.h here (see
+// kernels_x86.h).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/kernels_x86.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace nibble::x86 {
+
+namespace {
+
+constexpr int64_t kGroup = 64;        // columns per group: 32 bytes of codes
+constexpr int64_t kGroupBytes = 160;  // per token and group, see above
+constexpr float kQMax = 32767.0f;
+
+// Column of word p of vector k within a group (see the layout above).
+inline int64_t word_column(int k, int p) {
+  constexpr int kOff[4] = {0, 2, 1, 3};
+  return 32 * (p / 8) + 4 * (p % 8) + kOff[k];
+}
+
+// NVFP4 scales of one group (4 E4M3 bytes) as 8 dwords, dword J = block
+// J / 2, times 2^-8 (the f16 trick of linear_avx2.cpp's nv_scales).
+inline __m256 nv_scales(int32_t s4) {
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i w = _mm_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(s4), dup));
+  const __m128i f = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(int16_t(0xBF80)));
+  return _mm256_cvtph_ps(f);
+}
+
+template <bool kNv>
+inline __m256 group_scales(const uint8_t* s, int64_t bytes) {
+  int32_t v = 0;
+  __builtin_memcpy(&v, s, size_t(bytes));
+  if constexpr (kNv) return nv_scales(v);
+  else return mx_scales(_mm_cvtsi32_si128(v));
+}
+
+// One group of one row against T tokens: v its 32 code bytes, ws its scale
+// vector, acts[t] + g * kGroupBytes token t's group.
+template <int T>
+inline void group_step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g, __m256* acc) {
+  const __m256i lut = _mm256_broadcastsi128_si256(
+      _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i high = _mm256_set1_epi16(int16_t(0xFF00));
+  const __m256i L = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+  const __m256i H = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+  const __m256i w0 = _mm256_slli_epi16(L, 8), w1 = _mm256_and_si256(L, high);
+  const __m256i w2 = _mm256_slli_epi16(H, 8), w3 = _mm256_and_si256(H, high);
+  for (int t = 0; t < T; ++t) {
+    const __m256i* a = reinterpret_cast<const __m256i*>(acts[t] + g * kGroupBytes);
+    const __m256i d = _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256(a)), _mm256_madd_epi16(w1, _mm256_load_si256(a + 1))),
+        _mm256_add_epi32(_mm256_madd_epi16(w2, _mm256_load_si256(a + 2)),
+                         _mm256_madd_epi16(w3, _mm256_load_si256(a + 3))));
+    const __m256 xs = _mm256_load_ps(reinterpret_cast<const float*>(a + 4));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(ws, xs), acc[t]);
+  }
+}
+
+// Groups [g0, g1) of one row against T tokens, continuing the accumulators
+// in `state` (T vectors of 8 f32; exact, as fp4_f32_avx2.cpp's
+// fp4_row_part). g1 = the row's group count includes a partial last group.
+// Prefetches one line per two groups at pf + 32 g and, where spf is set,
+// one scale line per 64 scale bytes at spf.
+template <int T, bool kNv>
+void row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
+              const uint8_t* const* acts, const uint8_t* pf, const uint8_t* spf, float* state) {
+  constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_load_ps(state + 8 * t);
+  const int64_t full = cols / kGroup, rem = cols % kGroup;
+  const int64_t g_end = g1 < full ? g1 : full;
+  for (int64_t g = g0; g < g_end; ++g) {
+    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
+    if (spf != nullptr && (kScaleBytes * g) % 64 == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(spf + kScaleBytes * g), _MM_HINT_T0);
+    const __m256 ws = group_scales<kNv>(srow + kScaleBytes * g, kScaleBytes);
+    group_step<T>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g)), ws, acts, g, acc);
+  }
+  if (rem > 0 && g1 > full) {  // 16 (NVFP4), 32 or 48 columns, through a zero-padded copy
+    alignas(32) uint8_t buf[64];
+    copy_tail(wrow + 32 * full, rem / 2, buf);
+    const __m256 ws = group_scales<kNv>(srow + kScaleBytes * full, rem / (kNv ? 16 : 32));
+    group_step<T>(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), ws, acts, full, acc);
+  }
+  for (int t = 0; t < T; ++t) _mm256_store_ps(state + 8 * t, acc[t]);
+}
+
+// Rows [r0, r1) x tokens [t0, t0 + T). Whole rows up to 2 tokens; from 3,
+// blocks of kBlockRows rows over chunks of kChunkCols columns so that the
+// chunk's x (T x 2.5 KB) stays in L1 while the block passes over it (the
+// int8 kernel's scheme, linear_avx2.cpp).
+constexpr int64_t kChunkCols = 1024;
+constexpr int64_t kBlockRows = 8;
+constexpr int kBlockFrom = 3;
+
+template <int T, bool kNv>
+void fp4_int16_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+                     const RowsOut& out) {
+  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
+  const int64_t groups = (cols + kGroup - 1) / kGroup;
+  // The table holds 2w, the words 256 times that; nv_scales' 2^-8, s_g.
+  const float scale = kNv ? w.global_scale / 2.0f : 1.0f / 512.0f;
+  const int64_t chunk = T < kBlockFrom ? groups : kChunkCols / kGroup;
+  const int64_t block = T < kBlockFrom ? 1 : kBlockRows;
+  alignas(32) float state[kBlockRows * 8 * T];
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t nr = r1 - rb < block ? r1 - rb : block;
+    for (int64_t i = 0; i < nr * 8 * T; ++i) state[i] = 0.0f;
+    for (int64_t g0 = 0; g0 < groups; g0 += chunk) {
+      const int64_t g1 = g0 + chunk < groups ? g0 + chunk : groups;
+      for (int64_t i = 0; i < nr; ++i) {
+        const uint8_t* wrow = w.data + (rb + i) * wbytes;
+        const uint8_t* srow = w.scales + (rb + i) * sbytes;
+        const uint8_t* pf = block == 1 ? wrow + 2 * kPrefetch : wrow + block * wbytes;
+        const uint8_t* spf = block == 1 ? nullptr : srow + block * sbytes;
+        row_part<T, kNv>(wrow, srow, cols, g0, g1, acts, pf, spf, state + i * 8 * T);
+      }
+    }
+    for (int64_t i = 0; i < nr; ++i) {
+      float dots[T];
+      for (int t = 0; t < T; ++t) dots[t] = hsum(_mm256_load_ps(state + i * 8 * T + 8 * t));
+      store_row<T>(out, rb + i, t0, dots, scale);
+    }
+  }
+}
+
+template <int T>
+void range_at(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
+              const RowsOut& out) {
+  if (w.kind == WeightKind::nvfp4) fp4_int16_range<T, true>(w, r0, r1, acts, t0, out);
+  else fp4_int16_range<T, false>(w, r0, r1, acts, t0, out);
+}
+
+}  // namespace
+
+int64_t fp4_int16_stride_avx2(int64_t cols) { return round_up(cols, kPad) / kGroup * kGroupBytes; }
+
+void fp4_int16_prepare_avx2(const float* x, int64_t cols, uint8_t* out) {
+  const int64_t groups = round_up(cols, kPad) / kGroup;
+  for (int64_t g = 0; g < groups; ++g) {
+    uint8_t* grp = out + g * kGroupBytes;
+    int16_t* q = reinterpret_cast<int16_t*>(grp);
+    float* xs = reinterpret_cast<float*>(grp + 128);
+    int16_t qc[kGroup];  // q in column order
+    for (int b = 0; b < 2; ++b) {
+      const int64_t base = g * kGroup + 32 * b;
+      const int64_t len = cols - base < 32 ? (cols - base > 0 ? cols - base : 0) : 32;
+      float amax = 0.0f;
+      bool finite = true;
+      for (int64_t i = 0; i < len; ++i) {
+        const float a = __builtin_fabsf(x[base + i]);
+        finite = finite && a <= 3.4028234663852886e38f;  // false for inf and NaN
+        amax = a > amax ? a : amax;
+      }
+      // As quantize_int8_token: q = round-half-even(x * (32767 / amax)),
+      // step amax / 32767. A block with inf or NaN gets step NaN, so its
+      // outputs are NaN as the exact kernels' would be (not inf: the
+      // kernel multiplies the step in); a block so small that 32767 / amax
+      // overflows counts as zero (its products are below 2^-110).
+      const float inv = amax > 0.0f ? kQMax / amax : 0.0f;
+      const bool zero = !finite || !(inv <= 3.4028234663852886e38f);
+      const float step = !finite ? __builtin_nanf("") : zero ? 0.0f : amax / kQMax;
+      for (int j = 0; j < 4; ++j) xs[4 * b + j] = step;
+      for (int64_t i = 0; i < 32; ++i)
+        qc[32 * b + i] = i < len && !zero ? int16_t(__builtin_nearbyintf(x[base + i] * inv)) : int16_t(0);
+    }
+    for (int k = 0; k < 4; ++k)
+      for (int p = 0; p < 16; ++p) q[16 * k + p] = qc[word_column(k, p)];
+  }
+}
+
+void fp4_int16_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
+                         int64_t t0, const RowsOut& out) {
+  // Passes of up to 4 tokens, in token order (RowsOut).
+  for (int t = 0, nt = 0; t < n_tok; t += nt) {
+    nt = int(pass_tokens(n_tok - t, 4));
+    switch (nt) {
+      case 1: range_at<1>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 2: range_at<2>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 3: range_at<3>(w, r0, r1, acts + t, t0 + t, out); break;
+      default: range_at<4>(w, r0, r1, acts + t, t0 + t, out); break;
+    }
+  }
+}
+
+}  // namespace nibble::x86
