@@ -289,9 +289,23 @@ inline void fp8_chunk(const uint8_t* p, int64_t n, __m256* lo, __m256* hi) {
 template <int R, int T>
 void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t cols,
               const uint8_t* const* acts, float* dots) {
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  // From 5 tokens the accumulators wait in memory between tiles (touched
+  // once per 128 columns), leaving the registers to the 2T temporaries,
+  // which take every FMA, the 4 weight vectors and x (15 of 16 at T = 6).
+  // The same operations per (row, token) pair either way. 5 / 6 tokens ran
+  // as passes of 3 + 2 / 3 + 3 before, decoding every weight twice: bench
+  // --resident 1024 x 4096, Zen 3, 4.3-4.4 / 3.9-4.1 -> 5.4-5.9 / 4.4-5.2
+  // GB/s; R = 1 with up to 8 tokens in memory lost from 6 tokens (x loaded
+  // once per FMA). bench/results/0820_avx2_fp8_passes_of_6.txt.
+  constexpr bool kAccInMemory = T > 4;
+  __m256 acc[kAccInMemory ? 1 : R][kAccInMemory ? 1 : T];
+  alignas(32) float acc_mem[kAccInMemory ? R * T * 8 : 8];
+  if constexpr (kAccInMemory) {
+    for (int i = 0; i < R * T * 8; ++i) acc_mem[i] = 0.0f;
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
   // One 128-column tile from c0; masked: the row's last, partial tile. Full
   // tiles loop apart from it (see bf16_rows).
   auto tile = [&](int64_t c0, auto masked) __attribute__((always_inline)) {
@@ -325,13 +339,21 @@ void fp8_rows(const uint8_t* w0, int64_t ldw, const float* tile_scale, int64_t c
       for (int64_t col = 0; col < 128; col += 16) chunk(col, 16);
     }
     for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(tmp[r][t], s, acc[r][t]);
+      for (int t = 0; t < T; ++t) {
+        if constexpr (kAccInMemory) {
+          float* a = acc_mem + (r * T + t) * 8;
+          _mm256_store_ps(a, _mm256_fmadd_ps(tmp[r][t], s, _mm256_load_ps(a)));
+        } else {
+          acc[r][t] = _mm256_fmadd_ps(tmp[r][t], s, acc[r][t]);
+        }
+      }
   };
   const int64_t full = cols / 128 * 128;
   for (int64_t c0 = 0; c0 < full; c0 += 128) tile(c0, Masked<false>{});
   if (full < cols) tile(full, Masked<true>{});
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) dots[r * T + t] = hsum(acc[r][t]);
+    for (int t = 0; t < T; ++t)
+      dots[r * T + t] = hsum(kAccInMemory ? _mm256_load_ps(acc_mem + (r * T + t) * 8) : acc[r][t]);
 }
 
 // ---- BF16 and F32 ----------------------------------------------------------------
@@ -627,13 +649,17 @@ void fp8_rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t*
     fp8_range_many(w, r0, r1, acts, n, t0, out);
     return;
   }
-  for (int64_t t = 0, nt = 0; t < n; t += nt) {  // passes of up to 4 tokens, in token order
-    nt = pass_tokens(n - t, 4);
+  // Passes of up to 6 tokens, in token order; 7 and 8 stay 4 + 3 and 4 + 4
+  // (a 1-token pass costs nearly a full one; see fp8_rows for 5 and 6).
+  for (int64_t t = 0, nt = 0; t < n; t += nt) {
+    nt = pass_tokens(n - t, 6);
     switch (nt) {
       case 1: fp8_range<1>(w, r0, r1, acts + t, t0 + t, out); break;
       case 2: fp8_range<2>(w, r0, r1, acts + t, t0 + t, out); break;
       case 3: fp8_range<3>(w, r0, r1, acts + t, t0 + t, out); break;
-      default: fp8_range<4>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 4: fp8_range<4>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 5: fp8_range<5>(w, r0, r1, acts + t, t0 + t, out); break;
+      default: fp8_range<6>(w, r0, r1, acts + t, t0 + t, out); break;
     }
   }
 }
