@@ -27,7 +27,7 @@ const std::vector<Format> kInt8ActsFormats = {Format::mxfp4, Format::nvfp4, Form
 const std::vector<Format>& kRefFormats = kAllWeightFormats;
 constexpr const char* kInt8Acts = "quantizes activations to int8";
 // The _int16 kernels (AVX2): FP4 only; INT4 runs exactly there.
-constexpr const char* kInt16Acts = "quantizes activations to int16 (step amax/32767 per block of 32)";
+constexpr const char* kInt16Acts = "quantizes activations to int16, steps 258x finer than int8";
 
 std::string needs_cpu(const Device& d) {
   return d.kind == DeviceKind::cpu ? "" : "needs a CPU device; " + d.name + " is a CUDA device";

@@ -133,7 +133,7 @@ void row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0
   for (int t = 0; t < T; ++t) _mm256_store_ps(state + 8 * t, acc[t]);
 }
 
-// Rows [r0, r1) x tokens [t0, t0 + T). Whole rows up to 2 tokens; from 3,
+// Rows [r0, r1) x tokens [t0, t0 + T), T <= 6. Whole rows up to 2 tokens; from 3,
 // blocks of kBlockRows rows over chunks of kChunkCols columns so that the
 // chunk's x (T x 2.5 KB) stays in L1 while the block passes over it (the
 // int8 kernel's scheme, linear_avx2.cpp).
@@ -219,14 +219,19 @@ void fp4_int16_prepare_avx2(const float* x, int64_t cols, uint8_t* out) {
 
 void fp4_int16_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int n_tok,
                          int64_t t0, const RowsOut& out) {
-  // Passes of up to 4 tokens, in token order (RowsOut).
+  // Passes of up to 6 tokens, in token order (RowsOut): as against passes
+  // of up to 4, 5 / 6 / 12 tokens +15-19% / +9-12% / +5-8% (bench
+  // --resident 512 x 4096, Zen 3; bench/results/0745_avx2_int16_fp4.txt).
+  // linear_rows_avx2 hands over up to 64 tokens, in row tiles.
   for (int t = 0, nt = 0; t < n_tok; t += nt) {
-    nt = int(pass_tokens(n_tok - t, 4));
+    nt = int(pass_tokens(n_tok - t, 6));
     switch (nt) {
       case 1: range_at<1>(w, r0, r1, acts + t, t0 + t, out); break;
       case 2: range_at<2>(w, r0, r1, acts + t, t0 + t, out); break;
       case 3: range_at<3>(w, r0, r1, acts + t, t0 + t, out); break;
-      default: range_at<4>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 4: range_at<4>(w, r0, r1, acts + t, t0 + t, out); break;
+      case 5: range_at<5>(w, r0, r1, acts + t, t0 + t, out); break;
+      default: range_at<6>(w, r0, r1, acts + t, t0 + t, out); break;
     }
   }
 }

@@ -759,7 +759,7 @@ void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const Prepare
   if (a.n <= kTokens) tile = r1 - r0;
   // Exact FP4 and FP8 with more than kTokens tokens: up to 64 per call,
   // which decodes each weight once for all of them (from 9 tokens on).
-  const bool fp4_many = a.n > kTokens && a.cls == ActsClass::f32_fp4 &&
+  const bool fp4_many = a.n > kTokens && (a.cls == ActsClass::f32_fp4 || a.cls == ActsClass::int16_fp4) &&
                         (w.kind == WeightKind::mxfp4 || w.kind == WeightKind::nvfp4);
   const bool fp8_many = a.n > kTokens && (w.kind == WeightKind::fp8_ue8m0 || w.kind == WeightKind::fp8_f32);
   static_assert(kFp4MaxTokensAvx2 == kFp8MaxTokens);
@@ -770,7 +770,8 @@ void linear_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const Prepare
         const int64_t nt = a.n - t0 < kFp8MaxTokens ? a.n - t0 : kFp8MaxTokens;
         const uint8_t* acts[kFp8MaxTokens];
         token_rows(a, t0, nt, acts);
-        if (fp4_many) fp4_f32_rows_avx2(w, rt, re, acts, int(nt), t0, out);
+        if (fp4_many && a.cls == ActsClass::int16_fp4) fp4_int16_rows_avx2(w, rt, re, acts, int(nt), t0, out);
+        else if (fp4_many) fp4_f32_rows_avx2(w, rt, re, acts, int(nt), t0, out);
         else fp8_rows_tokens(w, rt, re, acts, nt, t0, out);
       }
       continue;
