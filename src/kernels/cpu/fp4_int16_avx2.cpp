@@ -25,7 +25,7 @@
 // in the same places. vpmaddwd sums word pairs, so dword J of the four
 // products' sum covers codes 8J .. 8J + 7 (J < 4) and 8J + 0..7 (lane 1
 // likewise): NVFP4 block J / 2, MXFP4 block J / 4 - the dword layouts of
-// nv_scales and mx_scales.
+// nv_pair_scales and mx_scales (simd_avx2.h).
 //
 // Range: |256 * 2w| <= 3072 and |q| <= 32767, so a dword's 8 products sum
 // to at most 8 * 3072 * 32767 < 2^30: no overflow. The sum is exact; its
@@ -64,119 +64,44 @@ inline int64_t word_column(int k, int p) {
   return 32 * (p / 8) + 4 * (p % 8) + kOff[k];
 }
 
-// NVFP4 scales of one group (4 E4M3 bytes) as 8 dwords, dword J = block
-// J / 2, times 2^-8 (the f16 trick of linear_avx2.cpp's nv_scales).
-inline __m256 nv_scales(int32_t s4) {
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m128i w = _mm_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(s4), dup));
-  const __m128i f = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(int16_t(0xBF80)));
-  return _mm256_cvtph_ps(f);
-}
-
-template <bool kNv>
-inline __m256 group_scales(const uint8_t* s, int64_t bytes) {
-  int32_t v = 0;
-  __builtin_memcpy(&v, s, size_t(bytes));
-  if constexpr (kNv) return nv_scales(v);
-  else return mx_scales(_mm_cvtsi32_si128(v));
-}
-
-// One group of one row against T tokens: v its 32 code bytes, ws its scale
-// vector, acts[t] + g * kGroupBytes token t's group.
-template <int T>
-inline void group_step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g, __m256* acc) {
-  const __m256i lut = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i high = _mm256_set1_epi16(int16_t(0xFF00));
-  const __m256i L = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
-  const __m256i H = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-  const __m256i w0 = _mm256_slli_epi16(L, 8), w1 = _mm256_and_si256(L, high);
-  const __m256i w2 = _mm256_slli_epi16(H, 8), w3 = _mm256_and_si256(H, high);
-  for (int t = 0; t < T; ++t) {
-    const __m256i* a = reinterpret_cast<const __m256i*>(acts[t] + g * kGroupBytes);
-    const __m256i d = _mm256_add_epi32(
-        _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256(a)), _mm256_madd_epi16(w1, _mm256_load_si256(a + 1))),
-        _mm256_add_epi32(_mm256_madd_epi16(w2, _mm256_load_si256(a + 2)),
-                         _mm256_madd_epi16(w3, _mm256_load_si256(a + 3))));
-    const __m256 xs = _mm256_load_ps(reinterpret_cast<const float*>(a + 4));
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(ws, xs), acc[t]);
-  }
-}
-
-// Groups [g0, g1) of one row against T tokens, continuing the accumulators
-// in `state` (T vectors of 8 f32; exact, as fp4_f32_avx2.cpp's
-// fp4_row_part). g1 = the row's group count includes a partial last group.
-// Prefetches one line per two groups at pf + 32 g and, where spf is set,
-// one scale line per 64 scale bytes at spf.
-template <int T, bool kNv>
-void row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
-              const uint8_t* const* acts, const uint8_t* pf, const uint8_t* spf, float* state) {
-  constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_load_ps(state + 8 * t);
-  const int64_t full = cols / kGroup, rem = cols % kGroup;
-  const int64_t g_end = g1 < full ? g1 : full;
-  for (int64_t g = g0; g < g_end; ++g) {
-    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
-    if (spf != nullptr && (kScaleBytes * g) % 64 == 0)
-      _mm_prefetch(reinterpret_cast<const char*>(spf + kScaleBytes * g), _MM_HINT_T0);
-    const __m256 ws = group_scales<kNv>(srow + kScaleBytes * g, kScaleBytes);
-    group_step<T>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g)), ws, acts, g, acc);
-  }
-  if (rem > 0 && g1 > full) {  // 16 (NVFP4), 32 or 48 columns, through a zero-padded copy
-    alignas(32) uint8_t buf[64];
-    copy_tail(wrow + 32 * full, rem / 2, buf);
-    const __m256 ws = group_scales<kNv>(srow + kScaleBytes * full, rem / (kNv ? 16 : 32));
-    group_step<T>(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), ws, acts, full, acc);
-  }
-  for (int t = 0; t < T; ++t) _mm256_store_ps(state + 8 * t, acc[t]);
-}
-
-// Rows [r0, r1) x tokens [t0, t0 + T), T <= 6. Whole rows up to 2 tokens; from 3,
-// blocks of kBlockRows rows over chunks of kChunkCols columns so that the
-// chunk's x (T x 2.5 KB) stays in L1 while the block passes over it (the
-// int8 kernel's scheme, linear_avx2.cpp).
-constexpr int64_t kChunkCols = 1024;
-constexpr int64_t kBlockRows = 8;
-constexpr int kBlockFrom = 3;
-
-template <int T, bool kNv>
-void fp4_int16_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
-                     const RowsOut& out) {
-  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
-  const int64_t groups = (cols + kGroup - 1) / kGroup;
-  // The table holds 2w, the words 256 times that; nv_scales' 2^-8, s_g.
-  const float scale = kNv ? w.global_scale / 2.0f : 1.0f / 512.0f;
-  const int64_t chunk = T < kBlockFrom ? groups : kChunkCols / kGroup;
-  const int64_t block = T < kBlockFrom ? 1 : kBlockRows;
-  alignas(32) float state[kBlockRows * 8 * T];
-  for (int64_t rb = r0; rb < r1; rb += block) {
-    const int64_t nr = r1 - rb < block ? r1 - rb : block;
-    for (int64_t i = 0; i < nr * 8 * T; ++i) state[i] = 0.0f;
-    for (int64_t g0 = 0; g0 < groups; g0 += chunk) {
-      const int64_t g1 = g0 + chunk < groups ? g0 + chunk : groups;
-      for (int64_t i = 0; i < nr; ++i) {
-        const uint8_t* wrow = w.data + (rb + i) * wbytes;
-        const uint8_t* srow = w.scales + (rb + i) * sbytes;
-        const uint8_t* pf = block == 1 ? wrow + 2 * kPrefetch : wrow + block * wbytes;
-        const uint8_t* spf = block == 1 ? nullptr : srow + block * sbytes;
-        row_part<T, kNv>(wrow, srow, cols, g0, g1, acts, pf, spf, state + i * 8 * T);
-      }
-    }
-    for (int64_t i = 0; i < nr; ++i) {
-      float dots[T];
-      for (int t = 0; t < T; ++t) dots[t] = hsum(_mm256_load_ps(state + i * 8 * T + 8 * t));
-      store_row<T>(out, rb + i, t0, dots, scale);
+// The int16 kernel of fp4_int_range (simd_avx2.h): one group of one row
+// against T tokens, v its 32 code bytes, ws its scale vector,
+// acts[t] + g * kGroupBytes token t's group.
+struct Int16Fp4 {
+  template <int T>
+  static void step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g, __m256* acc) {
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i high = _mm256_set1_epi16(int16_t(0xFF00));
+    const __m256i L = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+    const __m256i H = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+    const __m256i w0 = _mm256_slli_epi16(L, 8), w1 = _mm256_and_si256(L, high);
+    const __m256i w2 = _mm256_slli_epi16(H, 8), w3 = _mm256_and_si256(H, high);
+    for (int t = 0; t < T; ++t) {
+      const __m256i* a = reinterpret_cast<const __m256i*>(acts[t] + g * kGroupBytes);
+      const __m256i d01 = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256(a)),
+                                           _mm256_madd_epi16(w1, _mm256_load_si256(a + 1)));
+      const __m256i d23 = _mm256_add_epi32(_mm256_madd_epi16(w2, _mm256_load_si256(a + 2)),
+                                           _mm256_madd_epi16(w3, _mm256_load_si256(a + 3)));
+      const __m256i d = _mm256_add_epi32(d01, d23);
+      const __m256 xs = _mm256_load_ps(reinterpret_cast<const float*>(a + 4));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(ws, xs), acc[t]);
     }
   }
-}
+};
 
+// Rows [r0, r1) x tokens [t0, t0 + T), T <= 6, on fp4_int_range's row
+// blocks and column chunks (from 3 tokens: the chunk's x, T x 2.5 KB, stays
+// in L1), whole rows prefetching 2 KB ahead as fp4_range does.
 template <int T>
 void range_at(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
               const RowsOut& out) {
-  if (w.kind == WeightKind::nvfp4) fp4_int16_range<T, true>(w, r0, r1, acts, t0, out);
-  else fp4_int16_range<T, false>(w, r0, r1, acts, t0, out);
+  // The table holds 2w, the words 256 times that; nv_pair_scales' 2^-8, s_g.
+  if (w.kind == WeightKind::nvfp4)
+    fp4_int_range<Int16Fp4, T, true>(w, r0, r1, acts, t0, out, w.global_scale / 2.0f, 2 * kPrefetch);
+  else
+    fp4_int_range<Int16Fp4, T, false>(w, r0, r1, acts, t0, out, 1.0f / 512.0f, 2 * kPrefetch);
 }
 
 }  // namespace

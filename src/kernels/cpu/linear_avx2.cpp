@@ -113,130 +113,41 @@ void split_even_odd_token(const float* x, int64_t cols, float* out) {
 
 // ---- FP4 ----------------------------------------------------------------------
 
-// MXFP4 scales: mx_scales (simd_avx2.h).
+// Scales: mx_scales and nv_pair_scales; rows, blocks and column chunks:
+// fp4_int_range (all in simd_avx2.h).
 
-// NVFP4 scales of one group (4 E4M3 bytes) as 8 dwords, times 2^-8: each
-// byte doubled, sign-extended to 16 bits, (v << 7) & 0xBF80 is the f16 of
-// value * 2^-8 (see linear_avx512.cpp).
-inline __m256 nv_scales(__m128i s) {
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
-  __m128i w = _mm_cvtepi8_epi16(_mm_shuffle_epi8(s, dup));
-  __m128i f = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(int16_t(0xBF80)));
-  return _mm256_cvtph_ps(f);
-}
-
-template <int T>
-inline void fp4_step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g, __m256* acc) {
-  const __m256i lut = _mm256_broadcastsi128_si256(
-      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
-  __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-  for (int t = 0; t < T; ++t) {
-    const uint8_t* a = acts[t] + g * kGroupBytes;
-    // u8 (<= 24) x s8 (|q| <= 127): pair sums <= 6096, the two halves' sum
-    // <= 12192, so the 16-bit steps never saturate.
-    __m256i p = _mm256_add_epi16(
-        _mm256_maddubs_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(a))),
-        _mm256_maddubs_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 32))));
-    __m256i d = _mm256_add_epi32(_mm256_madd_epi16(p, ones),
-                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 64)));
-    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
-                             _mm256_mul_ps(ws, _mm256_load_ps(reinterpret_cast<const float*>(a + 96))), acc[t]);
-  }
-}
-
-// Groups [g0, g1) of one row against T tokens, continuing the accumulators
-// in `state` (T vectors of 8 f32, loaded at the start and stored at the
-// end: exact, so where a row's columns are split changes no result). g1 =
-// the row's group count includes a partial last group. Prefetches one line
-// per two groups at pf + 32 g and, where spf is set, one scale line per 64
-// scale bytes at spf.
-template <int T, bool kNv>
-void fp4_row_part(const uint8_t* wrow, const uint8_t* srow, int64_t cols, int64_t g0, int64_t g1,
-                  const uint8_t* const* acts, const uint8_t* pf, const uint8_t* spf, float* state) {
-  constexpr int64_t kScaleBytes = kNv ? 4 : 2;  // per group
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_load_ps(state + 8 * t);
-  const int64_t full = cols / kGroup;
-  const int64_t g_end = g1 < full ? g1 : full;
-  for (int64_t g = g0; g < g_end; ++g) {
-    if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(pf + 32 * g), _MM_HINT_T0);
-    if (spf != nullptr && (kScaleBytes * g) % 64 == 0)
-      _mm_prefetch(reinterpret_cast<const char*>(spf + kScaleBytes * g), _MM_HINT_T0);
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow + 32 * g));
-    __m256 ws;
-    if constexpr (kNv) {
-      int32_t s;
-      __builtin_memcpy(&s, srow + 4 * g, 4);
-      ws = nv_scales(_mm_cvtsi32_si128(s));
-    } else {
-      uint16_t s;
-      __builtin_memcpy(&s, srow + 2 * g, 2);
-      ws = mx_scales(_mm_cvtsi32_si128(s));
+// The int8 kernel of fp4_int_range (simd_avx2.h): one group of one row
+// against T tokens (the int8_blocks layout above).
+struct Int8Fp4 {
+  template <int T>
+  static void step(__m256i v, __m256 ws, const uint8_t* const* acts, int64_t g, __m256* acc) {
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+    __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* a = acts[t] + g * kGroupBytes;
+      // u8 (<= 24) x s8 (|q| <= 127): pair sums <= 6096, the two halves' sum
+      // <= 12192, so the 16-bit steps never saturate.
+      __m256i p = _mm256_add_epi16(
+          _mm256_maddubs_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(a))),
+          _mm256_maddubs_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 32))));
+      __m256i d = _mm256_add_epi32(_mm256_madd_epi16(p, ones),
+                                   _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 64)));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
+                               _mm256_mul_ps(ws, _mm256_load_ps(reinterpret_cast<const float*>(a + 96))), acc[t]);
     }
-    fp4_step<T>(v, ws, acts, g, acc);
   }
-  const int64_t rem = cols % kGroup;  // 16, 32 or 48 elements
-  if (rem > 0 && g1 > full) {
-    alignas(32) uint8_t wbuf[64], sbuf[64];
-    copy_tail(wrow + 32 * full, rem / 2, wbuf);
-    copy_tail(srow + kScaleBytes * full, kNv ? rem / 16 : rem / 32, sbuf);
-    __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wbuf));
-    __m128i s = _mm_load_si128(reinterpret_cast<const __m128i*>(sbuf));
-    fp4_step<T>(v, kNv ? nv_scales(s) : mx_scales(s), acts, full, acc);
-  }
-  for (int t = 0; t < T; ++t) _mm256_store_ps(state + 8 * t, acc[t]);
-}
+};
 
-// Int8 FP4 rows [r0, r1) x tokens [t0, t0 + T). Up to 2 tokens stream
-// whole rows. From kInt8BlockFrom tokens on, a whole-row pass read all T
-// tokens' x for every row (2 bytes per element: 24-32 KB at 3-4 tokens and
-// 4096 columns, in a 32 KB L1 that the weights stream through too), 128
-// bytes per token for every 32 bytes of weights. So rows go in blocks of
-// kInt8BlockRows over chunks of kInt8ChunkCols columns, whose x (T x 2 KB)
-// stays in L1 while the block's rows pass over it, as in fp4_range
-// (fp4_f32_avx2.cpp), and with its prefetches. Zen 3, bench --resident,
-// 2 MB of MXFP4, best of 4 interleaved rounds, GB/s at 3 / 4 / 8 tokens,
-// whole rows -> blocks: 2048 columns 6.6 / 5.6 / 2.8 -> 8.1 / 6.2 / 3.3;
-// 4096: 6.6 / 5.0 / 2.5 -> 7.8 / 6.3 / 3.2; 16384: 5.2 / 4.1 / 2.0 -> 6.2 /
-// 4.9 / 2.5. At 2 tokens blocks were slower (4096 columns: 6.7-8.0 against
-// 11.4).
-constexpr int64_t kInt8ChunkCols = 1024;
-constexpr int64_t kInt8BlockRows = 8;
-constexpr int kInt8BlockFrom = 3;
-
+// Int8 FP4 rows [r0, r1) x tokens [t0, t0 + T).
 template <int T, bool kNv>
 void fp4_int8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
                     const RowsOut& out) {
-  const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
-  const int64_t groups = (cols + kGroup - 1) / kGroup;
-  const float scale = kNv ? 0.5f * 256.0f * w.global_scale : 0.5f;  // 2w in the table, nv_scales' 2^-8
-  const int64_t chunk = T < kInt8BlockFrom ? groups : kInt8ChunkCols / kGroup;
-  const int64_t block = T < kInt8BlockFrom ? 1 : kInt8BlockRows;
-  alignas(32) float state[kInt8BlockRows * 8 * T];
-  for (int64_t rb = r0; rb < r1; rb += block) {
-    const int64_t nr = r1 - rb < block ? r1 - rb : block;
-    for (int64_t i = 0; i < nr * 8 * T; ++i) state[i] = 0.0f;
-    for (int64_t g0 = 0; g0 < groups; g0 += chunk) {
-      const int64_t g1 = g0 + chunk < groups ? g0 + chunk : groups;
-      for (int64_t i = 0; i < nr; ++i) {
-        const uint8_t* wrow = w.data + (rb + i) * wbytes;
-        const uint8_t* srow = w.scales + (rb + i) * sbytes;
-        // Whole rows: kPrefetch ahead in the row. Blocks: the same columns
-        // of this row in the next block, weights and scales.
-        const uint8_t* pf = block == 1 ? wrow + kPrefetch : wrow + block * wbytes;
-        const uint8_t* spf = block == 1 ? nullptr : srow + block * sbytes;
-        fp4_row_part<T, kNv>(wrow, srow, cols, g0, g1, acts, pf, spf, state + i * 8 * T);
-      }
-    }
-    for (int64_t i = 0; i < nr; ++i) {
-      float dots[T];
-      for (int t = 0; t < T; ++t) dots[t] = hsum(_mm256_load_ps(state + i * 8 * T + 8 * t));
-      store_row<T>(out, rb + i, t0, dots, scale);
-    }
-  }
+  const float scale = kNv ? 0.5f * 256.0f * w.global_scale : 0.5f;  // 2w in the table, nv_pair_scales' 2^-8
+  fp4_int_range<Int8Fp4, T, kNv>(w, r0, r1, acts, t0, out, scale, kPrefetch);
 }
 
 // ---- FP8 block-128 ---------------------------------------------------------------
