@@ -74,8 +74,8 @@ TEST(BenchCli, LinearJsonLines) {
 }
 
 TEST(BenchCli, BackendByName) {
-  // The opt-in int8 and int16 kernels can be measured by name; --isa is a shorthand
-  // for the default kernel of an ISA.
+  // The opt-in int8 and int16 kernels can be measured by name; --isa is a
+  // shorthand for the default kernel of an ISA.
   if (!cpu_isa_unsupported(CpuIsa::avx2, host_cpu_features()).empty()) GTEST_SKIP() << "no AVX2";
   for (const auto& [args, backend, isa] :
        std::vector<std::tuple<std::string, std::string, std::string>>{

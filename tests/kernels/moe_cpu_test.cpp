@@ -1,12 +1,12 @@
 // The fused SIMD MoE kernels (the default exact ones and the opt-in int8
-// and int16 ones) against a reference built here from linear_ref on random layers of
-// every expert format, with a shared expert in another format, batches
+// and int16 ones) against a reference built here from linear_ref on random
+// layers of every expert format, with a shared expert in another format, batches
 // 1..17 (tokens share experts: 16 experts, top-4), with and without threads.
 //
 // Budget: the default kernels round nothing but f32 sums: 1e-5 relative L2.
 // Where the int8 (int16) kernels round activations (to int8 (int16) blocks
-// before FP4 weights), the reference rounds them the same way (rounding.h, written
-// from the definitions); what remains is f32 accumulation, 1e-4 relative L2
+// before FP4 weights), the reference rounds them the same way (rounding.h,
+// written from the definitions); what remains is f32 accumulation, 1e-4 relative L2
 // (see moe_fixture_test.cpp for why not 1e-5).
 #include <gtest/gtest.h>
 
