@@ -114,11 +114,11 @@ const std::vector<KernelDesc>& kernel_registry() {
       {"cpu_avx2_int8", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.5,
        "AVX2 maddubs int8 dot (FP4 / INT4 x int8-quantized act); other formats as cpu_avx2", linear_avx2_int8,
        nullptr, kInt8Acts, kInt8ActsFormats},
-      // Near-exact FP4 (fp4_int16_avx2.cpp): x rounded to int16 per block of
-      // 32, vpmaddwd dot products. Resident on Zen 3 1.4-1.6x the exact
-      // kernel's rate at 1-2 tokens (bench/RESULTS.md, "AVX2 FP4 against
-      // int16 activations"); bandwidth as cpu_avx2_int8's, compute between
-      // int8 and exact.
+      // FP4 against int16 activations (fp4_int16_avx2.cpp): x rounded to
+      // int16 per block of 32, vpmaddwd dot products. Resident on Zen 3
+      // 1.4-1.6x the exact kernel's rate at 1-2 tokens (bench/RESULTS.md,
+      // "AVX2 FP4 against int16 activations"); bandwidth as cpu_avx2_int8's,
+      // compute between int8 and exact.
       {"cpu_avx2_int16", Op::linear, kAllWeightFormats, needs_avx2, 0, 0.6, 0.45,
        "AVX2 vpmaddwd int16 dot (FP4 x int16-quantized act); other formats as cpu_avx2", linear_avx2_int16,
        nullptr, kInt16Acts, kFp4Formats},

@@ -1,7 +1,7 @@
 // FP4 (MXFP4 / NVFP4) weights against int16 activations on AVX2: the
-// near-exact opt-in path of the `cpu_avx2_int16` backends. x is rounded to
-// int16 per block of 32 (step amax/32767, 258 times finer than the int8
-// path's amax/127), the products are integer dot products (vpmaddwd), and
+// opt-in path of the `cpu_avx2_int16` backends. x is rounded to int16 per
+// block of 32 (step amax/32767, 258 times finer than the int8 path's
+// amax/127), the products are integer dot products (vpmaddwd), and
 // only the rounding of x, one int32 -> f32 conversion per group and the f32
 // accumulation lose bits.
 //

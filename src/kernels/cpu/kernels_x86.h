@@ -46,10 +46,10 @@ struct RawWeights {
 //   int8_int4     INT4 weights, lossy (opt-in `*_int8` backends): x rounded
 //                 to int8 per block of 32 as int8_blocks, laid out for the
 //                 codes' byte order (int4_int8_avx2.cpp / int4_int8_avx512.cpp)
-//   int16_fp4     FP4 weights, near-exact (opt-in `cpu_avx2_int16` backends,
-//                 AVX2 only): x rounded to int16 per block of 32 (step
-//                 amax/32767), laid out for the codes' words
-//                 (fp4_int16_avx2.cpp)
+//   int16_fp4     FP4 weights, lossy but 258x finer than int8 (opt-in
+//                 `cpu_avx2_int16` backends, AVX2 only): x rounded to int16
+//                 per block of 32 (step amax/32767), laid out for the
+//                 codes' words (fp4_int16_avx2.cpp)
 //   bf16x3        MXFP4, NVFP4, BF16 and FP8 (UE8M0) weights on AMX tiles (opt-in
 //                 `cpu_avx512_amx` backends, from kAmxMinTokens tokens per
 //                 call): x split into BF16 hi, mid, lo planes with

@@ -23,7 +23,7 @@ namespace nibble {
 //         (opt-in backends cpu_avx2_int8, cpu_avx512_int8)
 //   int16 AVX2 only: x rounded to int16 per block of 32 (scale
 //         amax/32767, 258 times finer than int8), then vpmaddwd dot
-//         products: near-exact, faster than f32 at 1-4 tokens (opt-in
+//         products: lossy (logits within ~1e-4), faster than f32 (opt-in
 //         backends cpu_avx2_int16; INT4 runs as f32 there)
 //   bf16x3  AVX-512 only, on AMX tiles (opt-in backends cpu_avx512_amx):
 //         from x86::kAmxMinTokens tokens per call, MXFP4, NVFP4, BF16 and
