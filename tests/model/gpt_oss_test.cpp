@@ -39,6 +39,14 @@ namespace fs = std::filesystem;
 // up swapped, a rope half wrong) moves logits by >= 1e-2 relative.
 constexpr double kRelTol = 1e-4;
 
+// The opt-in int16 kernels (cpu_avx2_int16) round x to int16 per block of
+// 32 before the MXFP4 experts: up to 5e-5 relative per dot product (see
+// deepseek_v4_hf_test.cpp), two expert products per layer, 3 layers: ~6
+// such errors, 1.2e-4 as a random walk, 3e-4 all lined up, plus the f32
+// 2e-5. 5e-4 covers the latter and stays below what a real mistake moves
+// (>= 1e-2). Observed: 2.6e-4 (tiny_a), 1.2e-4 (tiny_b).
+constexpr double kInt16RelTol = 5e-4;
+
 const std::vector<std::string>& gptoss_fixtures() {
   static const std::vector<std::string> names = {"tiny_a", "tiny_b"};
   return names;
@@ -124,6 +132,25 @@ TEST_P(GptOssHf, FullForwardMatchesTransformers) {
       EXPECT_LE(c.max_err, kRelTol) << "sequence " << i;
       EXPECT_EQ(c.argmax_mismatches, 0) << "sequence " << i;
     }
+  }
+}
+
+TEST_P(GptOssHf, Int16BackendMatchesTransformers) {
+  if (std::string why = cpu_isa_unsupported(CpuIsa::avx2, host_cpu_features()); !why.empty())
+    GTEST_SKIP() << "cpu_avx2_int16: " << why;
+  const std::string name = GetParam();
+  Seqs exp = load_gptoss_expected(name);
+  auto model = load_model(gdir(name), test::test_load_options("cpu_avx2_int16"));
+  for (size_t i = 0; i < exp.tokens.size(); ++i) {
+    const int64_t n = int64_t(exp.tokens[i].size());
+    std::vector<float> logits(size_t(n * exp.vocab));
+    auto st = model->new_state();
+    model->forward(*st, exp.tokens[i], logits.data(), true);
+    test::Comparison c = test::compare_logits(logits.data(), exp.logits[i].data(), n, exp.vocab, kInt16RelTol);
+    std::printf("[ %s cpu_avx2_int16 ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n",
+                name.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
+    EXPECT_LE(c.max_err, kInt16RelTol) << "sequence " << i;
+    EXPECT_EQ(c.argmax_mismatches, 0) << "sequence " << i;
   }
 }
 
