@@ -447,17 +447,9 @@ void fp4_f32_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint8_
   // temporaries no longer all fit the 16 registers. DeepSeek-V4-Flash's
   // prefill gives each expert ~6 tokens per 256-token step. 7 and 8 stay
   // 4 + 3 and 4 + 4 (a 1-token pass costs nearly a full one).
-  for (int t = 0, nt = 0; t < n_tok; t += nt) {
-    nt = int(pass_tokens(n_tok - t, 6));
-    switch (nt) {
-      case 1: fp4_range_at<1>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 2: fp4_range_at<2>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 3: fp4_range_at<3>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 4: fp4_range_at<4>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 5: fp4_range_at<5>(w, r0, r1, acts + t, t0 + t, out); break;
-      default: fp4_range_at<6>(w, r0, r1, acts + t, t0 + t, out); break;
-    }
-  }
+  run_passes_of_6(n_tok, [&](int64_t t, auto tokens) {
+    fp4_range_at<decltype(tokens)::value>(w, r0, r1, acts + t, t0 + t, out);
+  });
 }
 
 }  // namespace nibble::x86

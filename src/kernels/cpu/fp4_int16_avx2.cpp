@@ -148,17 +148,9 @@ void fp4_int16_rows_avx2(const RawWeights& w, int64_t r0, int64_t r1, const uint
   // of up to 4, 5 / 6 / 12 tokens +15-19% / +9-12% / +5-8% (bench
   // --resident 512 x 4096, Zen 3; bench/results/0745_avx2_int16_fp4.txt).
   // linear_rows_avx2 hands over up to 64 tokens, in row tiles.
-  for (int t = 0, nt = 0; t < n_tok; t += nt) {
-    nt = int(pass_tokens(n_tok - t, 6));
-    switch (nt) {
-      case 1: range_at<1>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 2: range_at<2>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 3: range_at<3>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 4: range_at<4>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 5: range_at<5>(w, r0, r1, acts + t, t0 + t, out); break;
-      default: range_at<6>(w, r0, r1, acts + t, t0 + t, out); break;
-    }
-  }
+  run_passes_of_6(n_tok, [&](int64_t t, auto tokens) {
+    range_at<decltype(tokens)::value>(w, r0, r1, acts + t, t0 + t, out);
+  });
 }
 
 }  // namespace nibble::x86

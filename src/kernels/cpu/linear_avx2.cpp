@@ -562,17 +562,9 @@ void fp8_rows_tokens(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t*
   }
   // Passes of up to 6 tokens, in token order; 7 and 8 stay 4 + 3 and 4 + 4
   // (a 1-token pass costs nearly a full one; see fp8_rows for 5 and 6).
-  for (int64_t t = 0, nt = 0; t < n; t += nt) {
-    nt = pass_tokens(n - t, 6);
-    switch (nt) {
-      case 1: fp8_range<1>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 2: fp8_range<2>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 3: fp8_range<3>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 4: fp8_range<4>(w, r0, r1, acts + t, t0 + t, out); break;
-      case 5: fp8_range<5>(w, r0, r1, acts + t, t0 + t, out); break;
-      default: fp8_range<6>(w, r0, r1, acts + t, t0 + t, out); break;
-    }
-  }
+  run_passes_of_6(n, [&](int64_t t, auto tokens) {
+    fp8_range<decltype(tokens)::value>(w, r0, r1, acts + t, t0 + t, out);
+  });
 }
 
 template <int T>

@@ -30,6 +30,31 @@ inline int64_t pass_tokens(int64_t left, int64_t most) {
   return (left + passes - 1) / passes;
 }
 
+// A pass's token count as a type, for the template that runs it.
+template <int T>
+struct PassTokens {
+  static constexpr int value = T;
+};
+
+// Runs n tokens in passes of up to 6 (pass_tokens), in token order (RowsOut
+// adds a repeated row's tokens in that order): pass(t, PassTokens<T>{}) per
+// pass, t its first token. The kernels with register passes of 1..6 tokens
+// share this switch from a run-time count to their template instances.
+template <class Pass>
+inline void run_passes_of_6(int64_t n, Pass&& pass) {
+  for (int64_t t = 0, nt = 0; t < n; t += nt) {
+    nt = pass_tokens(n - t, 6);
+    switch (nt) {
+      case 1: pass(t, PassTokens<1>{}); break;
+      case 2: pass(t, PassTokens<2>{}); break;
+      case 3: pass(t, PassTokens<3>{}); break;
+      case 4: pass(t, PassTokens<4>{}); break;
+      case 5: pass(t, PassTokens<5>{}); break;
+      default: pass(t, PassTokens<6>{}); break;
+    }
+  }
+}
+
 // An f32 scale from a tensor that need not be 4-byte aligned.
 inline float load_f32(const uint8_t* p) {
   float f;
