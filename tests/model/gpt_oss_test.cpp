@@ -113,45 +113,37 @@ TEST_P(GptOssHf, DetectionReadsThePublishedLayout) {
   EXPECT_GT(experts, 0);
 }
 
+// Every fixture sequence's logits through `kernel` against transformers',
+// within tol of each position's largest |logit|, with the same argmax.
+void expect_kernel_matches(const std::string& name, const Seqs& exp, const std::string& kernel, double tol) {
+  SCOPED_TRACE(kernel);
+  auto model = load_model(gdir(name), test::test_load_options(kernel));
+  ASSERT_EQ(model->architecture(), "GptOssForCausalLM");
+  ASSERT_EQ(model->vocab_size(), exp.vocab);
+  for (size_t i = 0; i < exp.tokens.size(); ++i) {
+    const int64_t n = int64_t(exp.tokens[i].size());
+    std::vector<float> logits(size_t(n * exp.vocab));
+    auto st = model->new_state();
+    model->forward(*st, exp.tokens[i], logits.data(), true);
+    test::Comparison c = test::compare_logits(logits.data(), exp.logits[i].data(), n, exp.vocab, tol);
+    std::printf("[ %s %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(),
+                kernel.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
+    EXPECT_LE(c.max_err, tol) << "sequence " << i;
+    EXPECT_EQ(c.argmax_mismatches, 0) << "sequence " << i;
+  }
+}
+
 TEST_P(GptOssHf, FullForwardMatchesTransformers) {
   const std::string name = GetParam();
-  Seqs exp = load_gptoss_expected(name);
-  for (const std::string& kernel : {std::string("cpu_ref"), std::string("auto")}) {
-    SCOPED_TRACE(kernel);
-    auto model = load_model(gdir(name), test::test_load_options(kernel));
-    ASSERT_EQ(model->architecture(), "GptOssForCausalLM");
-    ASSERT_EQ(model->vocab_size(), exp.vocab);
-    for (size_t i = 0; i < exp.tokens.size(); ++i) {
-      const int64_t n = int64_t(exp.tokens[i].size());
-      std::vector<float> logits(size_t(n * exp.vocab));
-      auto st = model->new_state();
-      model->forward(*st, exp.tokens[i], logits.data(), true);
-      test::Comparison c = test::compare_logits(logits.data(), exp.logits[i].data(), n, exp.vocab, kRelTol);
-      std::printf("[ %s %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(),
-                  kernel.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
-      EXPECT_LE(c.max_err, kRelTol) << "sequence " << i;
-      EXPECT_EQ(c.argmax_mismatches, 0) << "sequence " << i;
-    }
-  }
+  const Seqs exp = load_gptoss_expected(name);
+  for (const char* kernel : {"cpu_ref", "auto"}) expect_kernel_matches(name, exp, kernel, kRelTol);
 }
 
 TEST_P(GptOssHf, Int16BackendMatchesTransformers) {
   if (std::string why = cpu_isa_unsupported(CpuIsa::avx2, host_cpu_features()); !why.empty())
     GTEST_SKIP() << "cpu_avx2_int16: " << why;
   const std::string name = GetParam();
-  Seqs exp = load_gptoss_expected(name);
-  auto model = load_model(gdir(name), test::test_load_options("cpu_avx2_int16"));
-  for (size_t i = 0; i < exp.tokens.size(); ++i) {
-    const int64_t n = int64_t(exp.tokens[i].size());
-    std::vector<float> logits(size_t(n * exp.vocab));
-    auto st = model->new_state();
-    model->forward(*st, exp.tokens[i], logits.data(), true);
-    test::Comparison c = test::compare_logits(logits.data(), exp.logits[i].data(), n, exp.vocab, kInt16RelTol);
-    std::printf("[ %s cpu_avx2_int16 ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n",
-                name.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
-    EXPECT_LE(c.max_err, kInt16RelTol) << "sequence " << i;
-    EXPECT_EQ(c.argmax_mismatches, 0) << "sequence " << i;
-  }
+  expect_kernel_matches(name, load_gptoss_expected(name), "cpu_avx2_int16", kInt16RelTol);
 }
 
 // Token by token (and in odd chunks) gives the full forward's logits bit for
