@@ -115,7 +115,7 @@ const LinearCase kLinearCases[] = {
     {Format::nvfp4, 70, 400},  {Format::nvfp4, 21, 144}, {Format::nvfp4, 6, 4112},
     {Format::fp8_block128, 150, 300}, {Format::fp8_block128, 5, 8320},
     {Format::fp8_block128, 131, 200, Fp8ScaleType::f32},
-    {Format::bf16, 45, 200},   {Format::bf16, 9, 17},     {Format::bf16, 6, 4128},
+    {Format::bf16, 45, 200},   {Format::bf16, 9, 17},     {Format::bf16, 6, 4128},   {Format::bf16, 11, 300},
     {Format::f32, 33, 100},    {Format::f32, 7, 4100},
 };
 

@@ -168,9 +168,10 @@ const std::vector<Case>& cases() {
       {Format::fp8_block128, 130, 300}, {Format::fp8_block128, 3, 8320},
       {Format::fp8_block128, 131, 200, Fp8ScaleType::f32}, {Format::fp8_block128, 5, 8195, Fp8ScaleType::f32},
       // BF16 / F32: odd sizes; F32 4100 cols makes row tiles of 16 rows;
-      // BF16 rows go in blocks of 4 (2 on AVX2) with 1..3 rows left over.
+      // BF16 rows go in blocks of 4 (AVX2: 4, 3 at two tokens, 2) with 1..3
+      // rows left over (20 rows: 2 past the 3-row blocks).
       {Format::bf16, 1, 1}, {Format::bf16, 9, 17}, {Format::bf16, 100, 257}, {Format::bf16, 3, 33},
-      {Format::bf16, 7, 4100}, {Format::bf16, 66, 96},
+      {Format::bf16, 7, 4100}, {Format::bf16, 66, 96}, {Format::bf16, 20, 200},
       {Format::f32, 1, 3}, {Format::f32, 13, 100}, {Format::f32, 61, 4100},
   };
   return all;

@@ -321,10 +321,14 @@ void bf16_rows(const uint8_t* w0, int64_t ldw, int64_t cols, const uint8_t* cons
 }
 
 // BF16 rows [r0, r1) x tokens [t0, t0 + T), kBf16Rows<T> at a time: AVX2's
-// 16 registers hold 4 rows' weights and accumulators for one token, 2 rows'
-// for up to 4.
+// 16 registers hold the even / odd weight vectors, the R x T accumulators
+// and x's two vectors: 4 rows at one token (14 registers), 3 at two (14),
+// 2 at three and four. Zen 3, bench --resident 256 x 4096, GFLOP/s best of
+// 3 interleaved rounds, rows per pass 2 / 3 / 4: two tokens 47.7 / 63.8 /
+// 43.0 (2 was the rule before); three tokens 2 / 3: 58.9 / 59.4; four 65.8 /
+// 61.7; one token 3 / 4 / 5: 34.6 / 44.8 / 38.5.
 template <int T>
-constexpr int kBf16Rows = T == 1 ? 4 : 2;
+constexpr int kBf16Rows = T == 1 ? 4 : T == 2 ? 3 : 2;
 template <int T>
 void bf16_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const* acts, int64_t t0,
                 const RowsOut& out) {
