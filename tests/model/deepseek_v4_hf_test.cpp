@@ -44,19 +44,9 @@ void expect_matches_transformers(const std::string& name, const std::string& bac
   auto model = load_model(test::fixture_dir(name), test::test_load_options(backend));
   test::Expected exp = test::load_expected(name);
   ASSERT_EQ(model->vocab_size(), exp.vocab);
-  for (size_t i = 0; i < exp.sequences.size(); ++i) {
-    const auto& seq = exp.sequences[i];
-    const int64_t n = int64_t(seq.tokens.size());
-    std::vector<float> logits(size_t(n * exp.vocab));
-    auto st = model->new_state();
-    model->forward(*st, seq.tokens, logits.data(), /*all_logits=*/true);
-    EXPECT_EQ(st->position(), n);
-    test::Comparison c = test::compare_logits(logits.data(), seq.logits.data(), n, exp.vocab, tol);
-    std::printf("[ %s %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(),
-                backend.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
-    EXPECT_LE(c.max_err, tol) << name << " sequence " << i << " worst position " << c.worst_position;
-    EXPECT_EQ(c.argmax_mismatches, 0) << name << " sequence " << i;
-  }
+  for (size_t i = 0; i < exp.sequences.size(); ++i)
+    test::expect_sequence_matches(*model, exp.sequences[i].tokens, exp.sequences[i].logits.data(), exp.vocab, tol,
+                                  name + " " + backend, i);
 }
 
 TEST_P(DeepseekV4Hf, FullForwardMatchesTransformers) { expect_matches_transformers(GetParam(), "cpu_ref"); }

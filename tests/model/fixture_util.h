@@ -3,7 +3,10 @@
 // MTP oracles' files.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -143,6 +146,25 @@ inline Comparison compare_logits(const float* ours, const float* ref, int64_t n,
     if (double(top1 - top2) > rel_tol * scale && ia != ib) c.argmax_mismatches += 1;
   }
   return c;
+}
+
+// Sequence `index` of a fixture fed from position 0 of a fresh state: every
+// position's logits against the oracle's `expected` [n][vocab], within tol
+// of that position's largest |logit| and with the same argmax wherever the
+// oracle decides it (compare_logits). `label` (fixture and kernel) names the
+// run in the printed line and in the failures.
+inline void expect_sequence_matches(const Model& model, const std::vector<int32_t>& tokens, const float* expected,
+                                    int64_t vocab, double tol, const std::string& label, size_t index) {
+  const int64_t n = int64_t(tokens.size());
+  std::vector<float> logits(size_t(n * vocab));
+  auto st = model.new_state();
+  model.forward(*st, tokens, logits.data(), /*all_logits=*/true);
+  EXPECT_EQ(st->position(), n) << label << " sequence " << index;
+  const Comparison c = compare_logits(logits.data(), expected, n, vocab, tol);
+  std::printf("[ %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", label.c_str(), index,
+              (long long)n, c.max_err, (long long)c.worst_position);
+  EXPECT_LE(c.max_err, tol) << label << " sequence " << index << " worst position " << c.worst_position;
+  EXPECT_EQ(c.argmax_mismatches, 0) << label << " sequence " << index;
 }
 
 }  // namespace nibble::test

@@ -120,17 +120,8 @@ void expect_kernel_matches(const std::string& name, const Seqs& exp, const std::
   auto model = load_model(gdir(name), test::test_load_options(kernel));
   ASSERT_EQ(model->architecture(), "GptOssForCausalLM");
   ASSERT_EQ(model->vocab_size(), exp.vocab);
-  for (size_t i = 0; i < exp.tokens.size(); ++i) {
-    const int64_t n = int64_t(exp.tokens[i].size());
-    std::vector<float> logits(size_t(n * exp.vocab));
-    auto st = model->new_state();
-    model->forward(*st, exp.tokens[i], logits.data(), true);
-    test::Comparison c = test::compare_logits(logits.data(), exp.logits[i].data(), n, exp.vocab, tol);
-    std::printf("[ %s %s ] sequence %zu (%lld tokens): max rel err %.3g at position %lld\n", name.c_str(),
-                kernel.c_str(), i, (long long)n, c.max_err, (long long)c.worst_position);
-    EXPECT_LE(c.max_err, tol) << "sequence " << i;
-    EXPECT_EQ(c.argmax_mismatches, 0) << "sequence " << i;
-  }
+  for (size_t i = 0; i < exp.tokens.size(); ++i)
+    test::expect_sequence_matches(*model, exp.tokens[i], exp.logits[i].data(), exp.vocab, tol, name + " " + kernel, i);
 }
 
 TEST_P(GptOssHf, FullForwardMatchesTransformers) {
