@@ -324,6 +324,52 @@ TEST(LinearCpu, ZeroAndConstantBlocksStayExact) {
   }
 }
 
+TEST(LinearCpu, ExactMxfp4DecodesEveryScaleExactly) {
+  // Row i holds every E2M1 code in both blocks of its 64 columns, with
+  // UE8M0 scales e = i + 1 and 253 - e (1..252: the SIMD kernels take e = 0,
+  // 2^-127, as 0, simd_avx512.h; above 252 a weight overflows and inf x 0
+  // would be NaN). Each token's x is one-hot, so y is one weight times 1 plus
+  // signed zeros: bitwise that weight as dequantize_row gives it, whatever
+  // the summation order. 1, 5 and 64 tokens take each kernel's one-token,
+  // register-pass and (AVX2) decoded-chunk paths.
+  const int64_t rows = 252, cols = 64;
+  OwnedWeights w = random_weights(Format::mxfp4, rows, cols, 5);
+  ASSERT_EQ(w.data.size(), size_t(rows * cols / 2));
+  ASSERT_EQ(w.scales.size(), size_t(rows * 2));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols / 2; ++j)  // codes 2j, 2j + 1: all 16 in each block
+      w.data[size_t(r * cols / 2 + j)] = uint8_t(((2 * j) % 16) | (((2 * j + 1 + r) % 16) << 4));
+    w.scales[size_t(2 * r)] = uint8_t(r + 1);
+    w.scales[size_t(2 * r + 1)] = uint8_t(252 - r);
+  }
+  std::vector<float> wd(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(w.view, r, wd.data() + r * cols);
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!isa_available(isa)) continue;
+    for (int64_t n : {1, 5, 64}) {
+      SCOPED_TRACE(std::string(cpu_isa_name(isa)) + ", tokens " + std::to_string(n));
+      std::vector<float> x(size_t(n * cols), 0.0f);
+      for (int64_t t = 0; t < n; ++t) x[size_t(t * cols + (t * 13 + 7) % cols)] = 1.0f;
+      std::vector<float> y(size_t(n * rows), NAN);
+      linear_for_isa(isa, Fp4Acts::f32)(w.view, x.data(), n, y.data(), nullptr);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          const float want = wd[size_t(r * cols + (t * 13 + 7) % cols)];
+          const float got = y[size_t(t * rows + r)];
+          // -0 and +0 may differ (a zero weight plus +0 products).
+          if (want == 0.0f) {
+            EXPECT_EQ(got, 0.0f) << "token " << t << " row " << r;
+          } else {
+            uint32_t gb, wb;
+            std::memcpy(&gb, &got, 4);
+            std::memcpy(&wb, &want, 4);
+            EXPECT_EQ(gb, wb) << "token " << t << " row " << r << ": " << got << " vs " << want;
+          }
+        }
+    }
+  }
+}
+
 TEST(LinearCpu, Int16NonFiniteActivationsGiveNaN) {
   // A block of x holding inf or NaN gets step NaN in the int16 layout (its
   // integers cannot carry them): every output of that token is NaN, as the
