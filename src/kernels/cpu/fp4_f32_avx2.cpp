@@ -40,8 +40,8 @@
 // The scales join only there, after the products: MXFP4 tables scaled per
 // block exponent (8 FMAs per group, no scale FMAs) gained 7-16% from cache
 // but lost 10-15% at one token from DRAM, like every variant whose decode
-// waited on the scale bytes (bench/results/1400_avx2_mxfp4_scaled_tables_
-// dropped.txt).
+// waited on the scale bytes:
+// bench/results/1400_avx2_mxfp4_scaled_tables_dropped.txt.
 //
 // Batch invariance. A token's result must not depend on the batch it comes
 // in, so that is the arithmetic of every (row, token) pair for every T
