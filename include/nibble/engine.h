@@ -38,6 +38,9 @@ struct EngineOptions {
   // Called while weights bind and are checked: bytes done and in all (a
   // progress bar for large models). May be empty.
   std::function<void(uint64_t done, uint64_t total)> on_progress;
+  // With device cuda: called as the weights are copied to the GPU (after
+  // binding): bytes done and in all. May be empty.
+  std::function<void(uint64_t done, uint64_t total)> on_upload_progress;
 };
 
 // A sequence's handle. Ids are never reused within one Engine.

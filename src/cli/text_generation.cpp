@@ -73,6 +73,9 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   opt.on_progress = [&bar](uint64_t done, uint64_t total) {
     if (total >= kProgressMinBytes) bar.update("load", done, total);
   };
+  opt.on_upload_progress = [&bar](uint64_t done, uint64_t total) {
+    if (total >= kProgressMinBytes) bar.update("upload", done, total);
+  };
   const int64_t ctx_flag = args.integer("--ctx-size", 0, 1, int64_t(1) << 40);
   const auto t0 = std::chrono::steady_clock::now();
   // The tokenizer first: a text command without one fails before the

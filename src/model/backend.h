@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cuda/weight_store.h"
 #include "kernels/token_draw.h"
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_block.h"
@@ -53,6 +54,17 @@ class Backend {
   virtual const char* name() const = 0;  // "cpu": what `explain` shows for each op
   // Where the forward's PhaseTimers add their time (null: not profiling).
   virtual ForwardProfile* profile() const = 0;
+
+  // Weights a backend keeps in its own memory (a GPU's), all placed at load
+  // (model/deepseek_v4_store.h lists them) rather than on first use, so that
+  // a model that does not fit is refused before its first step and the
+  // upload reports progress (bytes done, in all; may be empty). pool (may be
+  // null): threads for the host's repacking. The CPU reads the weights where
+  // the checkpoint is mapped: nothing to do.
+  virtual void place_weights(const std::vector<StoreEntry>& entries, const StoreProgress& progress,
+                             ThreadPool* pool) {
+    (void)entries, (void)progress, (void)pool;
+  }
 
   // Step workspace. alloc() returns uninitialised memory that lives until
   // release_to() of a mark taken before it (or the next begin_step()).

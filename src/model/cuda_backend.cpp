@@ -8,9 +8,11 @@
 #include "device/cuda_memory.h"
 #include "format/format.h"
 #include "kernels/cuda/hyper_conn.h"
+#include "kernels/cuda/mma_layout.h"
 #include "kernels/cuda/mma_repack.h"
 #include "kernels/cuda/rope_cuda.h"
 #include "kernels/cuda/row_ops.h"
+#include "model/deepseek_v4_attention.h"
 #include "model/forward_profile.h"
 #include "util/error.h"
 
@@ -199,9 +201,35 @@ void CudaBackend::linear(const BoundLinear& w, Tensor x, Tensor y) {
   cuda_linear_f32(dw, w.rows(), w.cols(), x.data, x.rows, y.data, stream_);
 }
 
+void CudaBackend::place_weights(const std::vector<StoreEntry>& entries, const StoreProgress& progress,
+                                ThreadPool* pool) {
+  if (store_) fail("cuda backend: the weights were placed already");
+  cuda_set_device(device_);
+  store_ = CudaWeightStore::load(entries, device_, kReserveBytes, progress, uint64_t(64) << 20, pool);
+  // Where the ops look for them: by the stored bytes' address (and shape),
+  // as mma_weights, expert_stack and the mirror key them.
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const StoreEntry& e = entries[i];
+    switch (e.layout) {
+      case DeviceLayout::mma: {
+        const WeightView& v = e.views.at(0);
+        MmaEntry m;
+        m.w = store_->linear(i);
+        const int64_t chunks = m.w.cols_padded / mma::chunk_k(m.w.format == Format::fp8_block128);
+        m.k_splits = linear_mma_k_splits(m.w.rows_padded, chunks, sms_);
+        mma_.emplace(MmaKey{v.data, v.rows, v.cols}, m);
+        break;
+      }
+      case DeviceLayout::w4a16: stacks_.emplace(e.views.at(0).data, store_->experts(i)); break;
+      case DeviceLayout::stored: mirror_->adopt(e.raw, size_t(e.raw_bytes), store_->stored(i)); break;
+    }
+  }
+}
+
 const CudaBackend::MmaEntry& CudaBackend::mma_weights(const WeightView& w) {
   const MmaKey key{w.data, w.rows, w.cols};
   if (auto it = mma_.find(key); it != mma_.end()) return it->second;
+  ++first_use_repacks_;
   const MmaMatrix m = repack_mma(w);  // throws naming the element for a NaN code or a bad scale
   MmaEntry e;
   e.w = mma_device_shape(m);
@@ -296,15 +324,17 @@ void CudaBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s,
   const int64_t Cg = HD / G;
   const size_t m = mark();
   Tensor xg = alloc(T, Cg), yg = alloc(T, R);
-  Tensor full{};
+  // Every group on its row slice, or (FP8 tiles straddling groups) every
+  // group on the whole matrix, keeping its rows: the weight store holds one
+  // or the other (wo_a_group_slices).
+  const std::vector<WeightView> slices = wo_a_group_slices(wo_a.w, s);
+  Tensor full = slices.empty() ? alloc(T, G * R) : Tensor{};
   for (int64_t g = 0; g < G; ++g) {
     cuda_copy_cols(o.data, HD, g * Cg, xg.data, Cg, 0, T, Cg, stream_);
-    if (auto view = row_slice(wo_a.w, g * R, R)) {
-      linear(BoundLinear{*view, wo_a.fn}, xg, yg);
+    if (!slices.empty()) {
+      linear(BoundLinear{slices[size_t(g)], wo_a.fn}, xg, yg);
       cuda_copy_cols(yg.data, R, 0, y.data, G * R, g * R, T, R, stream_);
     } else {
-      // FP8 tiles straddling groups: the whole matrix, the group's rows kept.
-      if (!full.data) full = alloc(T, G * R);
       linear(wo_a, xg, full);
       cuda_copy_cols(full.data, G * R, g * R, y.data, G * R, g * R, T, R, stream_);
     }

@@ -1,7 +1,8 @@
 // The CUDA backend of model/backend.h (issue 16), in progress: the ops that
 // have GPU kernels run on one CUDA stream over device memory (a StepArena for
-// the step's Tensors, a WeightMirror for the small host-resident weights,
-// FP8 / BF16 matrices repacked for linear_mma on first use, per-sequence
+// the step's Tensors, the model's matrices in a CudaWeightStore placed at
+// load (place_weights; repacked on first use when not placed), a
+// WeightMirror for the small host-resident weights, per-sequence
 // DeviceAttentionCaches for attend); the ops that do not yet (linear on FP4
 // / INT4 weights, gpt-oss's MoE, and the gpt-oss and DeepSeek-V3 ops) throw
 // "the CUDA backend has no X yet", so nothing silently falls back to the
@@ -23,6 +24,7 @@
 #include "kernels/cuda/linear_mma.h"
 #include "kernels/cuda/moe_w4a16.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/weight_store_cuda.h"
 #include "model/backend.h"
 #include "model/cuda_backend_memory.h"
 
@@ -39,6 +41,19 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
   const char* name() const override { return "cuda"; }
   ForwardProfile* profile() const override { return profile_; }
+
+  // Uploads every entry through the weight store (one allocation, refused
+  // before any copy when the weights and kReserveBytes do not fit the GPU's
+  // free memory); the ops then find their matrices there. Once only.
+  void place_weights(const std::vector<StoreEntry>& entries, const StoreProgress& progress,
+                     ThreadPool* pool) override;
+  // Device memory left beside the weights for the step arena (activations)
+  // and the sequences' caches: a model that fits with less would fail at its
+  // first steps rather than at load.
+  static constexpr uint64_t kReserveBytes = uint64_t(2) << 30;
+  // Matrices repacked and uploaded on first use since construction: 0 for a
+  // model whose weights were all placed (tests).
+  int64_t first_use_repacks() const { return first_use_repacks_; }
 
   void begin_step() override;
   Tensor alloc(int64_t rows, int64_t cols) override;
@@ -96,10 +111,10 @@ class CudaBackend : public Backend {
                          int64_t p0);
   void check_errors();  // the embed's bad-id flag (synchronises)
 
-  // The tensor-core layout of an FP8 block-128 / BF16 matrix, repacked and
-  // uploaded the first time a linear uses it (keyed by its stored bytes).
-  // The weight store (weight_store_cuda.h) is where these go once the
-  // backend uploads at load; this keeps the op correct until then.
+  // The tensor-core layout of an FP8 block-128 / BF16 matrix, keyed by its
+  // stored bytes: in the weight store when place_weights put it there, else
+  // repacked and uploaded the first time a linear uses it (a backend used
+  // without a model: tests, benchmarks).
   struct MmaEntry {
     MmaWeightsDevice w;
     int k_splits = 1;
@@ -116,6 +131,9 @@ class CudaBackend : public Backend {
     int32_t* tickets = nullptr;      // [E * w1.rows_padded / 16], zeroed once
   };
   const DeviceMoe& moe_weights(const MoeWeights& w);
+  // One projection of every expert: the weight store's stack, or repacked
+  // and uploaded now.
+  W4A16ExpertsDevice expert_stack(const MoeWeights& w, const WeightView ExpertWeights::*proj, const char* what);
   W4A16ExpertsDevice upload_stack(const MoeWeights& w, const WeightView ExpertWeights::*proj, const char* what);
 
   ForwardProfile* profile_;
@@ -127,6 +145,9 @@ class CudaBackend : public Backend {
   using MmaKey = std::tuple<const void*, int64_t, int64_t>;
   std::map<MmaKey, MmaEntry> mma_;
   std::map<const MoeWeights*, DeviceMoe> moe_;
+  std::unique_ptr<CudaWeightStore> store_;             // place_weights' upload
+  std::map<const void*, W4A16ExpertsDevice> stacks_;  // its expert stacks, by expert 0's stored bytes
+  int64_t first_use_repacks_ = 0;
   std::vector<void*> owned_;  // the MmaEntry and DeviceMoe allocations
   std::unique_ptr<DeviceAllocator> alloc_;
   std::unique_ptr<StepArena> arena_;

@@ -96,7 +96,14 @@ uint64_t StepArena::bytes() const {
 }
 
 WeightMirror::~WeightMirror() {
-  for (auto& [host, c] : map_) a_->release(c.p);
+  for (auto& [host, c] : map_)
+    if (c.owned) a_->release(c.p);
+}
+
+void WeightMirror::adopt(const void* host, size_t bytes, const void* device) {
+  if (!host || !device) fail("cuda backend: adopting a null weight copy");
+  if (!map_.emplace(host, Copy{const_cast<void*>(device), bytes, false}).second)
+    fail("cuda backend: the weight at this host address has a device copy already");
 }
 
 const void* WeightMirror::device(const void* host, size_t bytes, const char* what) {

@@ -127,6 +127,10 @@ class WeightMirror {
     return static_cast<const T*>(device(static_cast<const void*>(host), count * sizeof(T), what));
   }
 
+  // Makes device(host, bytes, ..) return `device`, a copy the caller owns
+  // and keeps alive (the weight store's); throws if host is mirrored already.
+  void adopt(const void* host, size_t bytes, const void* device);
+
   size_t entries() const { return map_.size(); }
   uint64_t bytes() const { return bytes_; }
 
@@ -134,6 +138,7 @@ class WeightMirror {
   struct Copy {
     void* p = nullptr;
     size_t bytes = 0;
+    bool owned = true;  // false: adopted, freed by its owner
   };
   DeviceAllocator* a_;
   std::map<const void*, Copy> map_;

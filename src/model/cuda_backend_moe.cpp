@@ -18,6 +18,13 @@
 
 namespace nibble {
 
+W4A16ExpertsDevice CudaBackend::expert_stack(const MoeWeights& w, const WeightView ExpertWeights::*proj,
+                                             const char* what) {
+  if (auto it = stacks_.find((w.experts.at(0).*proj).data); it != stacks_.end()) return it->second;
+  ++first_use_repacks_;
+  return upload_stack(w, proj, what);
+}
+
 W4A16ExpertsDevice CudaBackend::upload_stack(const MoeWeights& w, const WeightView ExpertWeights::*proj,
                                              const char* what) {
   const WeightView& first = w.experts.at(0).*proj;
@@ -71,9 +78,9 @@ const CudaBackend::DeviceMoe& CudaBackend::moe_weights(const MoeWeights& w) {
                 .c_str());
   if (w.top_k > 32) fail("moe: top_k ", w.top_k, " exceeds the GPU router's 32");
   DeviceMoe d;
-  d.w1 = upload_stack(w, &ExpertWeights::w1, "w1");
-  d.w3 = upload_stack(w, &ExpertWeights::w3, "w3");
-  d.w2 = upload_stack(w, &ExpertWeights::w2, "w2");
+  d.w1 = expert_stack(w, &ExpertWeights::w1, "w1");
+  d.w3 = expert_stack(w, &ExpertWeights::w3, "w3");
+  d.w2 = expert_stack(w, &ExpertWeights::w2, "w2");
   d.bias = mirror_->device(w.bias, size_t(w.n_experts), "the router bias");
   if (w.tid2eid)
     d.tid2eid = mirror_->device(w.tid2eid, size_t(w.tid2eid_rows * w.top_k) * (w.tid2eid_is_i64 ? 8 : 4),

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "model/deepseek_v4_store.h"
 #include "model/device_backend.h"
 #include "model/forward_profile.h"
 #include "model/step_parts.h"
@@ -39,6 +40,13 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
   if (options.rollback_tokens < 0) fail("rollback_tokens must be >= 0, got ", options.rollback_tokens);
   attn_ = AttentionShape{cfg_.hidden, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.q_lora_rank,
                          cfg_.o_groups, cfg_.o_lora_rank, cfg_.sliding_window, cfg_.rms_eps, options.rollback_tokens};
+  if (plan_.device.kind == DeviceKind::cuda) {
+    // Every weight onto the GPU now, not at the first step. The host repacks
+    // them into the kernels' layouts (~0.5 GB/s per core), so the upload
+    // takes the CPU threads the forward itself does not use there.
+    ThreadPool repack(options.threads);
+    backend_->place_weights(deepseek_v4_store_entries(w_, attn_), options.on_upload_progress, &repack);
+  }
 }
 
 DeepseekV4Model::~DeepseekV4Model() {

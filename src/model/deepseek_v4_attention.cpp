@@ -39,6 +39,16 @@ void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const fl
   }
 }
 
+std::vector<WeightView> wo_a_group_slices(const WeightView& wo_a, const AttentionShape& s) {
+  std::vector<WeightView> slices;
+  for (int64_t g = 0; g < s.o_groups; ++g) {
+    auto view = row_slice(wo_a, g * s.o_lora, s.o_lora);
+    if (!view) return {};
+    slices.push_back(*view);
+  }
+  return slices;
+}
+
 // One sequence's window keys, compressed-entry selection and attention core:
 // q [count, H, d] and kv [count, d] of its new tokens -> o [count, H, d].
 // Also appends its rows to the compressors and its kv to the ring.

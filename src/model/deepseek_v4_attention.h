@@ -83,6 +83,14 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionSh
                        const RopeTable& compress_rope, Tensor x, std::span<const int64_t> positions,
                        std::span<const AttnSeq> seqs, Tensor out);
 
+// wo_a's rows of each group g, [g o_lora, (g + 1) o_lora), as views of
+// their own; none when the format cannot express one of them (FP8 tiles
+// that straddle groups), and then every group multiplies by the whole matrix
+// and keeps its rows. The CUDA backend and its weight store
+// (deepseek_v4_store.h) share this rule, so the store holds the slices or
+// the matrix, never both.
+std::vector<WeightView> wo_a_group_slices(const WeightView& wo_a, const AttentionShape& s);
+
 // The CPU implementations of the backend's attention ops (cpu_backend.cpp).
 // grouped_wo_a_cpu: o [n, H*d] -> y [n, G*o_lora]. attend_cpu: see Backend::attend
 // (q, kv, o of the sequence's own rows; comp_kv / comp_score of the step).

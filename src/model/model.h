@@ -48,6 +48,9 @@ struct LoadOptions {
   // Called as weight matrices are bound and checked: bytes bound so far and
   // the checkpoint's weight bytes in all (a progress bar for large models).
   std::function<void(uint64_t done, uint64_t total)> on_progress;
+  // On a GPU, called as the weights are copied there at load: bytes done
+  // and in all (Backend::place_weights).
+  std::function<void(uint64_t done, uint64_t total)> on_upload_progress;
 };
 
 // Per-sequence state: caches and position. Created by Model::new_state().

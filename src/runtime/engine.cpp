@@ -127,6 +127,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   lo.profile = options.profile;
   lo.skip_weight_check = !options.check_weights;
   lo.on_progress = options.on_progress;
+  lo.on_upload_progress = options.on_upload_progress;
   auto impl = std::make_unique<Impl>();
   std::unique_ptr<Checkpoint> ck = Checkpoint::open(model_dir);
   // Read before the checkpoint moves into the model; validated against the

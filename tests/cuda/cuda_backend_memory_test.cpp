@@ -91,6 +91,27 @@ TEST(WeightMirror, UploadsEachWeightOnceAndFindsItAgain) {
   }
 }
 
+// Weights the store holds (CudaBackend::place_weights): adopted, found by
+// their host address like an upload, never copied or freed by the mirror.
+TEST(WeightMirror, AdoptsACopyItDoesNotOwn) {
+  const std::vector<float> table{1, 2, 3, 4}, norm{5};
+  std::vector<float> placed(4);  // stands in for the store's device copy
+  {
+    HostAllocator host;
+    WeightMirror m(host);
+    m.adopt(table.data(), 16, placed.data());
+    EXPECT_EQ(m.device(table.data(), table.size(), "embed"), placed.data());
+    EXPECT_EQ(host.uploads, 0);
+    EXPECT_EQ(host.live.size(), 0u);
+    EXPECT_EQ(m.bytes(), 0u);
+    EXPECT_THROW(m.device(table.data(), 2, "embed"), Error);  // one address, one size
+    EXPECT_THROW(m.adopt(table.data(), 16, placed.data()), Error);
+    m.device(norm.data(), norm.size(), "norm");
+    EXPECT_THROW(m.adopt(norm.data(), 4, placed.data()), Error);  // mirrored already
+    EXPECT_EQ(host.live.size(), 1u);
+  }  // the mirror released its own copy only (HostAllocator checks every free)
+}
+
 // Plain memory standing in for page-locked memory, counting the calls and
 // keeping what is live.
 class HostPinned final : public PinnedAllocator {
