@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/human.h"
@@ -118,7 +119,10 @@ int bench_decode(const std::vector<std::string>& argv) {
   EngineOptions opt = engine_options(args);
   opt.step_tokens = args.integer("--step-tokens", 256, 1, 1 << 20);
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
+  ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
+  show_load_progress(opt, bar);
   auto engine = Engine::load(dir, opt);
+  bar.finish();
   const int64_t V = engine->vocab_size();
   if (prompt + steps + 2 > engine->max_context())
     usage_fail("--prompt-tokens ", prompt, " + -n ", steps, " do not fit the model's context of ", engine->max_context());

@@ -116,8 +116,14 @@ int run_serve(const std::vector<std::string>& argv) {
   });
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Engine> engine;
+  // Loading a large model takes minutes (binding, checking, on a GPU the
+  // upload): a plain line at every tenth of it, which reads the same in a
+  // terminal and in a log.
+  ProgressBar bar(stderr, ProgressBar::Mode::lines, "nibble serve");
+  show_load_progress(eo, bar);
   try {
     engine = Engine::load(dir, eo);
+    bar.finish();
     if (!engine->has_tokenizer()) fail("model folder ", dir, " has no tokenizer.json; the server needs one");
   } catch (...) {
     http.stop();

@@ -99,4 +99,14 @@ EngineOptions engine_options(const ParsedArgs& args) {
   return opt;
 }
 
+void show_load_progress(EngineOptions& opt, ProgressBar& bar) {
+  constexpr uint64_t kMinBytes = uint64_t(1) << 30;
+  opt.on_progress = [&bar](uint64_t done, uint64_t total) {
+    if (total >= kMinBytes) bar.update("load", done, total);
+  };
+  opt.on_upload_progress = [&bar](uint64_t done, uint64_t total) {
+    if (total >= kMinBytes) bar.update("upload", done, total);
+  };
+}
+
 }  // namespace nibble::cli

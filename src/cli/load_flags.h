@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "convert/progress.h"
 #include "nibble/engine.h"
 
 namespace nibble::cli {
@@ -33,6 +34,11 @@ std::string model_dir_arg(const ParsedArgs& args, bool shipped_default, const st
 // EngineOptions from the flags. Unknown kernel names are usage errors (exit
 // 2); more threads than the machine has is allowed but warned about.
 EngineOptions engine_options(const ParsedArgs& args);
+
+// Draws `bar` while a model of 1 GiB or more binds and checks its weights
+// ("load") and, on a GPU, while they are copied there ("upload"); nothing
+// for smaller models, which load too fast for it to help.
+void show_load_progress(EngineOptions& opt, ProgressBar& bar);
 
 // -t/--threads checked the same way (for commands that plan without loading).
 int threads_arg(const ParsedArgs& args);

@@ -59,9 +59,6 @@ std::vector<OptionSpec> text_generation_options() {
   return o;
 }
 
-// Models smaller than this load too fast for a progress bar to help.
-constexpr uint64_t kProgressMinBytes = uint64_t(1) << 30;
-
 TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool with_tokenizer) {
   TextModel tm;
   tm.dir = model_dir_arg(args, /*shipped_default=*/true, usage);
@@ -70,12 +67,7 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   // A bar on a terminal while a large model binds and checks its weights
   // (seconds for a full-size checkpoint); nothing for small ones or in logs.
   ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
-  opt.on_progress = [&bar](uint64_t done, uint64_t total) {
-    if (total >= kProgressMinBytes) bar.update("load", done, total);
-  };
-  opt.on_upload_progress = [&bar](uint64_t done, uint64_t total) {
-    if (total >= kProgressMinBytes) bar.update("upload", done, total);
-  };
+  show_load_progress(opt, bar);
   const int64_t ctx_flag = args.integer("--ctx-size", 0, 1, int64_t(1) << 40);
   const auto t0 = std::chrono::steady_clock::now();
   // The tokenizer first: a text command without one fails before the

@@ -87,7 +87,7 @@ void ProgressBar::update(const char* phase, uint64_t done, uint64_t total) {
   const int tenth = total > 0 ? int(std::min<uint64_t>(10, done * 10 / total)) : 10;
   if (tenth == last_tenth_ || (tenth == 0 && last_tenth_ >= 0)) return;
   last_tenth_ = tenth;
-  std::fprintf(out_, "nibble convert: %s\n", format_line(phase_, done, total, elapsed, 0).c_str());
+  std::fprintf(out_, "%s: %s\n", source_.c_str(), format_line(phase_, done, total, elapsed, 0).c_str());
   std::fflush(out_);
 }
 

@@ -175,7 +175,9 @@ TEST_P(DeepseekV4Store, UploadsEachEntryAsItsKernelsRepackerMakesIt) {
     } else if (e.layout == DeviceLayout::mma) {
       const MmaMatrix m = repack_mma(e.views.at(0));
       EXPECT_EQ(std::memcmp(part(i, 0), m.words.data(), m.words.size()), 0);
-      EXPECT_EQ(std::memcmp(part(i, 1), m.scales.data(), m.scales.size() * 4), 0);
+      if (!m.scales.empty()) {  // BF16 has none (and a null data())
+        EXPECT_EQ(std::memcmp(part(i, 1), m.scales.data(), m.scales.size() * 4), 0);
+      }
     } else {
       for (size_t v = 0; v < e.views.size(); ++v) {
         const W4A16Matrix m = repack_w4a16(e.views[v]);
