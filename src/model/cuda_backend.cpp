@@ -213,11 +213,7 @@ void CudaBackend::place_weights(const std::vector<StoreEntry>& entries, const St
     switch (e.layout) {
       case DeviceLayout::mma: {
         const WeightView& v = e.views.at(0);
-        MmaEntry m;
-        m.w = store_->linear(i);
-        const int64_t chunks = m.w.cols_padded / mma::chunk_k(m.w.format == Format::fp8_block128);
-        m.k_splits = linear_mma_k_splits(m.w.rows_padded, chunks, sms_);
-        mma_.emplace(MmaKey{v.data, v.rows, v.cols}, m);
+        mma_.emplace(MmaKey{v.data, v.rows, v.cols}, mma_entry(store_->linear(i)));
         break;
       }
       case DeviceLayout::w4a16: stacks_.emplace(e.views.at(0).data, store_->experts(i)); break;
@@ -226,25 +222,28 @@ void CudaBackend::place_weights(const std::vector<StoreEntry>& entries, const St
   }
 }
 
+CudaBackend::MmaEntry CudaBackend::mma_entry(const MmaWeightsDevice& w) const {
+  const int64_t chunks = w.cols_padded / mma::chunk_k(w.format == Format::fp8_block128);
+  return MmaEntry{w, linear_mma_k_splits(w.rows_padded, chunks, sms_)};
+}
+
 const CudaBackend::MmaEntry& CudaBackend::mma_weights(const WeightView& w) {
   const MmaKey key{w.data, w.rows, w.cols};
   if (auto it = mma_.find(key); it != mma_.end()) return it->second;
   ++first_use_repacks_;
   const MmaMatrix m = repack_mma(w);  // throws naming the element for a NaN code or a bad scale
-  MmaEntry e;
-  e.w = mma_device_shape(m);
+  MmaWeightsDevice d = mma_device_shape(m);
   auto* words = static_cast<uint8_t*>(alloc_->allocate(m.words.size()));
   owned_.push_back(words);
   alloc_->upload(words, m.words.data(), m.words.size());
-  e.w.words = words;
+  d.words = words;
   if (!m.scales.empty()) {
     auto* scales = static_cast<float*>(alloc_->allocate(m.scales.size() * sizeof(float)));
     owned_.push_back(scales);
     alloc_->upload(scales, m.scales.data(), m.scales.size() * sizeof(float));
-    e.w.scales = scales;
+    d.scales = scales;
   }
-  e.k_splits = linear_mma_k_splits(m.rows_padded, m.chunks(), sms_);
-  return mma_.emplace(key, e).first->second;
+  return mma_.emplace(key, mma_entry(d)).first->second;
 }
 
 void CudaBackend::rope(const RopeTable& table, Tensor x, int64_t heads, std::span<const int64_t> positions,

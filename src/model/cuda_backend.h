@@ -120,6 +120,7 @@ class CudaBackend : public Backend {
     int k_splits = 1;
   };
   const MmaEntry& mma_weights(const WeightView& w);
+  MmaEntry mma_entry(const MmaWeightsDevice& w) const;  // w with its K split on this GPU
 
   // One MoE layer on the device (cuda_backend_moe.cpp): the routed experts'
   // three projections as W4A16 stacks, the router's bias / hash table, the

@@ -38,8 +38,7 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
   }
   hc_ = HcShape{cfg_.hc_mult, cfg_.hidden, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), cfg_.rms_eps};
   if (options.rollback_tokens < 0) fail("rollback_tokens must be >= 0, got ", options.rollback_tokens);
-  attn_ = AttentionShape{cfg_.hidden, cfg_.n_heads, cfg_.head_dim, cfg_.rope_dim, cfg_.q_lora_rank,
-                         cfg_.o_groups, cfg_.o_lora_rank, cfg_.sliding_window, cfg_.rms_eps, options.rollback_tokens};
+  attn_ = deepseek_v4_attention_shape(cfg_, options.rollback_tokens);
   if (plan_.device.kind == DeviceKind::cuda) {
     // Every weight onto the GPU now, not at the first step. The host repacks
     // them into the kernels' layouts (~0.5 GB/s per core), so the upload

@@ -39,6 +39,11 @@ void grouped_wo_a_cpu(const BoundLinear& wo_a, const AttentionShape& s, const fl
   }
 }
 
+AttentionShape deepseek_v4_attention_shape(const DeepseekV4Config& c, int64_t rollback) {
+  return AttentionShape{c.hidden,   c.n_heads,     c.head_dim,       c.rope_dim, c.q_lora_rank,
+                        c.o_groups, c.o_lora_rank, c.sliding_window, c.rms_eps,  rollback};
+}
+
 std::vector<WeightView> wo_a_group_slices(const WeightView& wo_a, const AttentionShape& s) {
   std::vector<WeightView> slices;
   for (int64_t g = 0; g < s.o_groups; ++g) {

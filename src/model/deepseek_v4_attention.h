@@ -64,6 +64,9 @@ struct AttentionShape {
   int64_t rollback = 0;          // tokens truncate() must reach back without refeeding
 };
 
+// The model's attention shape from its config; rollback: LoadOptions::rollback_tokens.
+AttentionShape deepseek_v4_attention_shape(const DeepseekV4Config& c, int64_t rollback);
+
 // One sequence's share of a step: rows [first, first + count) of the step's
 // activations, at positions p0 .. p0+count-1 of its layer cache.
 struct AttnSeq {

@@ -17,21 +17,19 @@ class EntryList {
   // A matrix a linear op multiplies.
   void linear(const WeightView& v) {
     if (!v.data || !first_time(v.data, v.rows, v.cols)) return;
-    StoreEntry e;
-    e.name = v.name;
     if (v.format == Format::fp8_block128 || v.format == Format::bf16) {
+      StoreEntry e;
+      e.name = v.name;
       e.layout = DeviceLayout::mma;
       e.views.push_back(v);
+      entries_.push_back(std::move(e));
     } else if (v.format == Format::f32) {
       // cuda_linear_f32 reads the stored floats (the backend's mirror finds
       // them by address).
-      e.layout = DeviceLayout::stored;
-      e.raw = v.data;
-      e.raw_bytes = uint64_t(v.rows * v.cols) * 4;
+      stored(v);
     } else {
       fail(v.name, ": a ", format_name(v.format), " linear has no CUDA kernel (FP8 block-128, BF16 and F32 do)");
     }
-    entries_.push_back(std::move(e));
   }
 
   // The embedding table: its rows are copied out by id, as stored.
@@ -39,12 +37,7 @@ class EntryList {
     if (!v.data || !first_time(v.data, v.rows, v.cols)) return;
     if (v.format != Format::f32 && v.format != Format::bf16)
       fail(v.name, ": a ", format_name(v.format), " embedding table is not on the GPU (F32 and BF16 are)");
-    StoreEntry e;
-    e.name = v.name;
-    e.layout = DeviceLayout::stored;
-    e.raw = v.data;
-    e.raw_bytes = uint64_t(v.rows * v.cols) * (v.format == Format::bf16 ? 2 : 4);
-    entries_.push_back(std::move(e));
+    stored(v);
   }
 
   // One projection of every routed expert of a layer, as one stack.
@@ -62,6 +55,16 @@ class EntryList {
   std::vector<StoreEntry> take() { return std::move(entries_); }
 
  private:
+  // An F32 or BF16 matrix as its stored bytes (no scales: bytes() is all data).
+  void stored(const WeightView& v) {
+    StoreEntry e;
+    e.name = v.name;
+    e.layout = DeviceLayout::stored;
+    e.raw = v.data;
+    e.raw_bytes = v.bytes();
+    entries_.push_back(std::move(e));
+  }
+
   bool first_time(const void* data, int64_t rows, int64_t cols) { return seen_.insert({data, rows, cols}).second; }
 
   std::vector<StoreEntry> entries_;

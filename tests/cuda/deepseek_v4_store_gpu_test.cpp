@@ -36,8 +36,7 @@ TEST(DeepseekV4StoreGpu, PlacedWeightsServeEveryOpWithoutRepacking) {
     const Plan plan = plan_model(*ck, det, named_device("cuda", 1, 1.0), PlanOptions{});
     const DeepseekV4Config c = parse_deepseek_v4_config(ck->config(), ck->file_path("config.json"));
     const DeepseekV4Weights w = bind_deepseek_v4_weights(*ck, det, plan, c, LoadOptions{});
-    const AttentionShape s{c.hidden,  c.n_heads,     c.head_dim,       c.rope_dim, c.q_lora_rank,
-                           c.o_groups, c.o_lora_rank, c.sliding_window, c.rms_eps,  16};
+    const AttentionShape s = deepseek_v4_attention_shape(c, 16);
     const std::vector<StoreEntry> entries = deepseek_v4_store_entries(w, s);
 
     CudaBackend gpu;

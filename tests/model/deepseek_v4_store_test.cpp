@@ -45,9 +45,7 @@ Bound bind_for_gpu(const std::string& dir) {
   b.plan = plan_model(*b.ck, b.det, named_device("sm_90", 1, 1.0), PlanOptions{});
   b.cfg = parse_deepseek_v4_config(b.ck->config(), b.ck->file_path("config.json"));
   b.w = bind_deepseek_v4_weights(*b.ck, b.det, b.plan, b.cfg, LoadOptions{});
-  const DeepseekV4Config& c = b.cfg;
-  b.shape = AttentionShape{c.hidden,  c.n_heads,     c.head_dim,       c.rope_dim, c.q_lora_rank,
-                           c.o_groups, c.o_lora_rank, c.sliding_window, c.rms_eps,  16};
+  b.shape = deepseek_v4_attention_shape(b.cfg, 16);
   return b;
 }
 
