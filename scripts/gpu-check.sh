@@ -7,8 +7,9 @@
 # run), and the whole model on the GPU: test_cuda's DeepseekV4Gpu tests
 # against the CPU, then a DeepSeek-V4-Flash-shaped checkpoint with two
 # full-size layers written here (tools/make_flash_shaped.py: numpy and torch
-# or ml_dtypes) and `nibble bench decode --device cuda` on it; one summary
-# table at the end.
+# or ml_dtypes) and `nibble bench decode --device cuda` on it, with decode
+# steps as CUDA graphs and without (--no-cuda-graphs); one summary table at
+# the end.
 # Needs only the bundle that scripts/gpu-bundle.sh builds on a development
 # machine (none of the project's Debian packages, no network, no compiler)
 # and the GPU driver. Never run yet. Each step has its own timeout, cut to
@@ -148,6 +149,11 @@ if python3 -c 'import numpy' 2>/dev/null; then
   step -optional flash_decode 120 "$nibble" bench decode "$flash" --device cuda --sequences 1,2,4,8,16,32,64 \
     -n 8 --prompt-tokens 32 --json
   grep '^{' "$RESULTS/flash_decode.log" >"$RESULTS/flash_decode.json" 2>/dev/null || true
+  # The same decode with every kernel launched by itself: what the step
+  # graphs (model/cuda_step_graph.h) are worth, in the same run.
+  step -optional flash_decode_eager 90 "$nibble" bench decode "$flash" --device cuda --sequences 1,8,64 \
+    -n 8 --prompt-tokens 32 --json --no-cuda-graphs
+  grep '^{' "$RESULTS/flash_decode_eager.log" >"$RESULTS/flash_decode_eager.json" 2>/dev/null || true
   # One sequence again with --profile: each phase waits for the GPU, so the
   # table splits a step's device time by phase (against the unprofiled step).
   step -optional flash_profile 90 "$nibble" bench decode "$flash" --device cuda --sequences 1 -n 8 \
@@ -188,15 +194,19 @@ fi
   echo "=== the whole model: gpu vs cpu (test_cuda), bench decode --device cuda (Flash-shaped, 2 layers)"
   grep -h '^\[ gpu vs cpu \]' "$RESULTS/test_cuda.log" | cut -c1-300
   grep -E '^(base |test |Mean    KLD|Maximum KLD|Same top)' "$RESULTS/kld_gpu.log" 2>/dev/null
-  if [ -s "$RESULTS/flash_decode.json" ]; then
-    sed -E 's/[{}"]//g' "$RESULTS/flash_decode.json" | awk -F, '{
-      for (i = 1; i <= NF; i++) { split($i, kv, ": "); gsub(/ /, "", kv[1]); v[kv[1]] = kv[2] }
-      printf "seqs %4s  prefill %9.1f tok/s  decode %9.1f tok/s  bytes/step %12.0f  GB/s %7.1f  ratio %6.3f\n",
-             v["sequences"], v["prefill_tokens_per_s"], v["decode_tokens_per_s"], v["bytes_per_step"],
-             v["bandwidth_gbps"], v["ratio"] }'
-  else
-    tail -3 "$RESULTS/flash_decode.log" 2>/dev/null
-  fi
+  grep -h '^\[ graphs \]' "$RESULTS/test_cuda.log" | cut -c1-300
+  for run in flash_decode flash_decode_eager; do
+    if [ -s "$RESULTS/$run.json" ]; then
+      echo "$run:"
+      sed -E 's/[{}"]//g' "$RESULTS/$run.json" | awk -F, '{
+        for (i = 1; i <= NF; i++) { split($i, kv, ": "); gsub(/ /, "", kv[1]); v[kv[1]] = kv[2] }
+        printf "seqs %4s  prefill %9.1f tok/s  decode %9.1f tok/s  bytes/step %12.0f  GB/s %7.1f  ratio %6.3f\n",
+               v["sequences"], v["prefill_tokens_per_s"], v["decode_tokens_per_s"], v["bytes_per_step"],
+               v["bandwidth_gbps"], v["ratio"] }'
+    else
+      tail -3 "$RESULTS/$run.log" 2>/dev/null
+    fi
+  done
   grep '^\[nibble profile\]' "$RESULTS/flash_profile.log" 2>/dev/null | head -24
   [ -f "$RESULTS/memcheck.log" ] && { echo; echo "=== memcheck"; tail -4 "$RESULTS/memcheck.log"; }
   echo

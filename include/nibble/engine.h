@@ -31,6 +31,7 @@ struct EngineOptions {
   int64_t rollback_tokens = 16;          // truncation depth that needs no refeeding
   bool profile = false;                  // time every phase; the table goes to stderr when the Engine is destroyed
   bool check_weights = true;             // refuse weights with NaN scale codes at load (false: --no-check-weights)
+  bool cuda_graphs = true;               // on a GPU, decode steps as CUDA graphs (false: --no-cuda-graphs)
   bool load_tokenizer = true;            // false: callers that tokenize themselves skip tokenizer.json
   // Sampling returns only ids below this: the caller's tokenizer range when
   // it loads its own (0: the Engine's tokenizer's range, or every id without one).

@@ -23,6 +23,7 @@ std::vector<OptionSpec> model_load_options() {
       {"--bandwidth", "GBPS",
        "memory bandwidth the planner assumes (default: not measured; it does not change the CPU plan)"},
       {"--no-check-weights", "", "skip the load-time check for NaN scale codes in the weights"},
+      {"--no-cuda-graphs", "", "on a GPU, launch every kernel of a decode step by itself instead of as one CUDA graph"},
       {"--profile", "", "time every phase of the forward steps and print the table at the end (stderr)"},
   };
 }
@@ -96,6 +97,7 @@ EngineOptions engine_options(const ParsedArgs& args) {
   opt.bandwidth_gbps = args.number("--bandwidth", kUnmeasuredBandwidthGbps, 0.001, 1e6);
   opt.profile = args.has("--profile");
   opt.check_weights = !args.has("--no-check-weights");
+  opt.cuda_graphs = !args.has("--no-cuda-graphs");
   return opt;
 }
 

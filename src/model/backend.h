@@ -68,7 +68,9 @@ class Backend {
 
   // Step workspace. alloc() returns uninitialised memory that lives until
   // release_to() of a mark taken before it (or the next begin_step()).
-  virtual void begin_step() = 0;
+  // decode: every sequence of the step feeds one token (the CUDA backend
+  // captures such steps as graphs).
+  virtual void begin_step(bool decode) = 0;
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
   virtual size_t mark() const = 0;
   virtual void release_to(size_t mark) = 0;

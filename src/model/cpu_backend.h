@@ -22,7 +22,7 @@ class CpuBackend : public Backend {
   const char* name() const override { return "cpu"; }
   ForwardProfile* profile() const override { return profile_; }
 
-  void begin_step() override { used_ = 0; }
+  void begin_step(bool) override { used_ = 0; }
   Tensor alloc(int64_t rows, int64_t cols) override;
   size_t mark() const override { return used_; }
   void release_to(size_t mark) override { used_ = mark; }

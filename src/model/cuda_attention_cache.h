@@ -15,7 +15,8 @@
 //   memory as decode goes on. attend writes at most kPiece rows between two
 //   poolings, so a window's rows are all there when it closes;
 // - its emitted entries, append-only, in a buffer that doubles when full
-//   (a copy on the device; a captured step graph must be re-captured then).
+//   (a copy on the device; the free of the old buffer ends a step graph's
+//   capture, model/cuda_step_graph.h).
 // Counters (positions, the highest position written) live on the host.
 //
 // Truncation down to the floor moves counters only. The floor is the

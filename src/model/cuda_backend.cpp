@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "device/cuda_device.h"
@@ -23,15 +24,27 @@ namespace {
 // Device memory and uploads on the backend's stream. Each call makes the
 // backend's device current first: a fork or a new sequence's cache may come
 // from a thread that has not stepped the model yet (the server's).
+// Allocations, frees and uploads from pageable memory end a step graph's
+// capture first (`before`; quiet = true where it must not throw, the
+// frees that destructors make): a graph cannot hold them, and a free
+// synchronises the device. Copies on the stream are captured.
+using BeforeUncapturable = std::function<void(bool quiet)>;
+
 class CudaAllocator : public DeviceAllocator {
  public:
-  CudaAllocator(int device, void* stream) : device_(device), stream_(stream) {}
+  CudaAllocator(int device, void* stream, BeforeUncapturable before)
+      : device_(device), stream_(stream), before_(std::move(before)) {}
   void* allocate(size_t bytes) override {
+    before_(false);
     cuda_set_device(device_);
     return cuda_device_alloc(bytes);
   }
-  void release(void* p) override { cuda_device_free(p); }
+  void release(void* p) override {
+    before_(true);
+    cuda_device_free(p);
+  }
   void upload(void* dst, const void* src, size_t bytes) override {
+    before_(false);
     cuda_set_device(device_);
     cuda_upload_async(dst, src, bytes, stream_);
   }
@@ -43,13 +56,24 @@ class CudaAllocator : public DeviceAllocator {
  private:
   int device_;
   void* stream_;
+  BeforeUncapturable before_;
 };
 
-// The staging arena's page-locked memory.
+// The staging arena's page-locked memory (ends a capture first, as above).
 class CudaPinnedAllocator : public PinnedAllocator {
  public:
-  void* allocate(size_t bytes) override { return cuda_host_alloc(bytes); }
-  void release(void* p) override { cuda_host_free(p); }
+  explicit CudaPinnedAllocator(BeforeUncapturable before) : before_(std::move(before)) {}
+  void* allocate(size_t bytes) override {
+    before_(false);
+    return cuda_host_alloc(bytes);
+  }
+  void release(void* p) override {
+    before_(true);
+    cuda_host_free(p);
+  }
+
+ private:
+  BeforeUncapturable before_;
 };
 
 void same_shape(const char* op, Tensor a, Tensor b) {
@@ -59,26 +83,41 @@ void same_shape(const char* op, Tensor a, Tensor b) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(ForwardProfile* profile, int device) : profile_(profile), device_(device) {
+CudaBackend::CudaBackend(ForwardProfile* profile, int device, bool graphs) : profile_(profile), device_(device) {
   cuda_set_device(device_);
   stream_ = cuda_stream_create();
-  alloc_ = std::make_unique<CudaAllocator>(device_, stream_);
+  // A failure kept quietly is raised by the step's download (raise_lost).
+  const BeforeUncapturable before = [this](bool quiet) {
+    if (!graphs_) return;
+    if (quiet)
+      graphs_->end_quietly(true);
+    else
+      graphs_->end(true);
+  };
+  alloc_ = std::make_unique<CudaAllocator>(device_, stream_, before);
   arena_ = std::make_unique<StepArena>(*alloc_);
   mirror_ = std::make_unique<WeightMirror>(*alloc_);
-  pinned_ = std::make_unique<CudaPinnedAllocator>();
+  pinned_ = std::make_unique<CudaPinnedAllocator>(before);
   staging_ = std::make_unique<StagingArena>(*pinned_);
   error_ = static_cast<int32_t*>(cuda_device_alloc(sizeof(int32_t)));
   for (const CudaDeviceInfo& d : cuda_probe().devices)
     if (d.index == device_) sms_ = std::max(1, d.sms);
   cuda_memset_async(error_, 0, sizeof(int32_t), stream_);
-  // --profile: phases time the GPU's work, not the launches.
+  // --profile: phases time the GPU's work, not the launches; its barriers
+  // synchronise, which a graph's capture cannot hold.
   if (profile_) profile_->set_barrier([this] { cuda_stream_sync(stream_); });
+  if (graphs && !profile_) {
+    graph_driver_ = std::make_unique<CudaGraphDriver>(stream_);
+    graphs_ = std::make_unique<StepGraphs>(*graph_driver_);
+  }
 }
 
-void CudaBackend::begin_step() {
+void CudaBackend::begin_step(bool decode) {
   // The kernels of a step launch from the calling thread, whose current
   // device may not be this backend's (cuda_memory.h).
   cuda_set_device(device_);
+  end_capture(false);  // a step that downloaded nothing: its graph runs now
+  if (graphs_) graphs_->raise_lost();
   // The last step's uploads read the staging memory until the stream has
   // run them (a step that ends with a download has waited already).
   if (staging_->staged() > 0) {
@@ -86,16 +125,21 @@ void CudaBackend::begin_step() {
     staging_->reset();
   }
   arena_->begin_step();
+  // Only decode steps: a prefill chunk's graph would be instantiated for
+  // one use, and its launches are few against its work.
+  if (graphs_ && decode) graphs_->begin();
 }
 
 CudaBackend::~CudaBackend() {
   if (profile_) profile_->set_barrier(nullptr);
   try {
     cuda_set_device(device_);  // the memory below is this device's
+    if (graphs_) graphs_->end_quietly(false);  // the stream must not be capturing when it is synchronised
     cuda_stream_sync(stream_);  // no queued upload still reads the staging memory
   } catch (const std::exception&) {
     // A lost device or a failed kernel: the frees below fail quietly either way.
   }
+  graphs_.reset();
   // The arena and mirror free device memory (cudaFree synchronises first).
   arena_.reset();
   mirror_.reset();
@@ -124,6 +168,8 @@ void CudaBackend::upload(const float* host, Tensor t) {
 }
 
 void CudaBackend::download(Tensor t, float* host) {
+  end_capture(false);
+  if (graphs_) graphs_->raise_lost();
   cuda_download(host, t.data, size_t(t.rows * t.cols) * sizeof(float), stream_);
   check_errors();
 }
@@ -143,8 +189,11 @@ void CudaBackend::draw_tokens(Tensor logits, std::span<const DrawParams> params,
   float* p = arena_->alloc(int64_t((params.size_bytes() + 3) / 4));
   upload_bytes(p, params.data(), params.size_bytes());
   auto* d_ids = reinterpret_cast<int32_t*>(arena_->alloc(logits.rows));
+  key(Launch::draw, logits.rows);
   cuda_sample(logits.data, logits.rows, vocab, logits.cols, reinterpret_cast<const DrawParams*>(p), w, ws, d_ids,
               stream_);
+  end_capture(false);  // the step's graph, sampling included, then only the ids come back
+  if (graphs_) graphs_->raise_lost();
   cuda_download(ids.data(), d_ids, ids.size_bytes(), stream_);
   release_to(m);
   check_errors();
@@ -169,12 +218,14 @@ void CudaBackend::embed(const WeightView& table, std::span<const int32_t> ids, i
     fail("embed ", table.name, ": ", format_name(table.format), " tables are not on the GPU yet (F32, BF16 are)");
   const void* dt = mirror_->device(table.data, size_t(table.rows * table.cols) * elem, "the embedding table");
   error_ids_.assign(ids.begin(), ids.end());
+  key(Launch::embed, int64_t(ids.size()));
   cuda_embed(dt, table.format, table.rows, table.cols, upload_ints(ids), int64_t(ids.size()), copies, out.data,
              error_, stream_);
 }
 
 void CudaBackend::rms_norm(Tensor x, const float* weight, double eps, Tensor y) {
   same_shape("rms_norm", x, y);
+  key(Launch::rms_norm, x.rows);
   cuda_rms_norm(x.data, x.rows, x.cols, mirror_->device(weight, size_t(x.cols), "a norm weight"), float(eps), y.data,
                 stream_);
 }
@@ -184,6 +235,7 @@ void CudaBackend::linear(const BoundLinear& w, Tensor x, Tensor y) {
     fail("linear ", w.w.name, ": activations [", x.rows, ", ", x.cols, "] -> [", y.rows, ", ", y.cols,
          "] do not fit the weight [", w.rows(), ", ", w.cols(), "]");
   if (x.rows == 0) return;
+  key(Launch::linear, x.rows);
   if (w.w.format == Format::fp8_block128 || w.w.format == Format::bf16) {
     // Activations rounded once to BF16 rows of the padded width, then the
     // tensor-core kernel (W8A16 / BF16, f32 accumulation).
@@ -251,6 +303,7 @@ void CudaBackend::rope(const RopeTable& table, Tensor x, int64_t heads, std::spa
   if (int64_t(positions.size()) != x.rows || heads <= 0 || x.cols % heads)
     fail("rope: ", positions.size(), " positions for [", x.rows, ", ", x.cols, "] in ", heads, " heads");
   const float* f = mirror_->device(table.inv_freq().data(), table.inv_freq().size(), "a RoPE frequency table");
+  key(Launch::rope, x.rows);
   cuda_rope(f, table.rope_dim(), table.attention_factor(), x.data, x.rows, heads, x.cols / heads,
             upload_ints(positions), inverse, stream_);
 }
@@ -260,16 +313,19 @@ void CudaBackend::gather_rows(Tensor x, std::span<const int64_t> rows, Tensor ou
     fail("gather_rows: ", rows.size(), " rows of ", x.cols, " into [", out.rows, ", ", out.cols, "]");
   for (int64_t r : rows)
     if (r < 0 || r >= x.rows) fail("gather_rows: row ", r, " outside [0, ", x.rows, ")");
+  key(Launch::gather_rows, int64_t(rows.size()));
   cuda_gather_rows(x.data, x.cols, upload_ints(rows), int64_t(rows.size()), out.data, stream_);
 }
 
 void CudaBackend::add_to_streams(Tensor x, Tensor streams) {
   if (x.rows != streams.rows || x.cols <= 0 || streams.cols % x.cols != 0)
     fail("add_to_streams: [", x.rows, ", ", x.cols, "] does not broadcast over [", streams.rows, ", ", streams.cols, "]");
+  key(Launch::add_to_streams, x.rows);
   cuda_add_to_streams(x.data, x.rows, x.cols, streams.cols / x.cols, streams.data, stream_);
 }
 
 void CudaBackend::add_bias(Tensor y, const float* bias) {
+  key(Launch::add_bias, y.rows);
   cuda_add_bias(y.data, y.rows, y.cols, mirror_->device(bias, size_t(y.cols), "a bias"), stream_);
 }
 
@@ -279,6 +335,7 @@ void CudaBackend::hc_pre(const HcWeights& w, const HcShape& s, Tensor streams, T
       comb.cols != N * N || w.fn.rows() != width || w.fn.cols() != N * D || w.base.size() != size_t(width) ||
       w.scale.size() != 3)
     fail("hc_pre: streams [", T, ", ", streams.cols, "] of ", N, " x ", D, " do not fit its weights or outputs");
+  key(Launch::hc_pre, T);
   const size_t m = mark();
   Tensor normed = alloc(T, N * D), mixes = alloc(T, width);
   cuda_rms_norm(streams.data, T, N * D, nullptr, float(s.rms_eps), normed.data, stream_);
@@ -294,6 +351,7 @@ void CudaBackend::hc_post(const HcShape& s, Tensor y, Tensor post, Tensor comb, 
   if (streams.cols != N * D || y.rows != T || y.cols != D || post.rows != T || post.cols != N || comb.rows != T ||
       comb.cols != N * N)
     fail("hc_post: streams [", T, ", ", streams.cols, "] of ", N, " x ", D, " do not fit y, post, comb");
+  key(Launch::hc_post, T);
   cuda_hc_post(N, D, y.data, post.data, comb.data, T, streams.data, stream_);
 }
 
@@ -302,6 +360,7 @@ void CudaBackend::hc_head(const HcHeadWeights& w, const HcShape& s, Tensor strea
   if (streams.cols != N * D || y.rows != T || y.cols != D || w.fn.rows() != N || w.fn.cols() != N * D ||
       w.base.size() != size_t(N) || w.scale.size() != 1)
     fail("hc_head: streams [", T, ", ", streams.cols, "] of ", N, " x ", D, " do not fit its weights or y");
+  key(Launch::hc_head, T);
   const size_t m = mark();
   Tensor normed = alloc(T, N * D), mixes = alloc(T, N);
   cuda_rms_norm(streams.data, T, N * D, nullptr, float(s.rms_eps), normed.data, stream_);
@@ -328,6 +387,7 @@ void CudaBackend::grouped_wo_a(const BoundLinear& wo_a, const AttentionShape& s,
   // or the other (wo_a_group_slices).
   const std::vector<WeightView> slices = wo_a_group_slices(wo_a.w, s);
   Tensor full = slices.empty() ? alloc(T, G * R) : Tensor{};
+  key(Launch::wo_a, slices.empty() ? -G : G);
   for (int64_t g = 0; g < G; ++g) {
     cuda_copy_cols(o.data, HD, g * Cg, xg.data, Cg, 0, T, Cg, stream_);
     if (!slices.empty()) {

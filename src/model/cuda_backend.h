@@ -15,6 +15,10 @@
 // (ids, positions, row lists) are staged in pinned memory and uploaded into
 // the arena on the stream by the op that takes them; nothing synchronises
 // until download() (or the next begin_step, when the staging is reused).
+//
+// Decode steps run as CUDA graphs (model/cuda_step_graph.h): begin_step
+// starts capturing the stream, the step's download (or anything a capture
+// cannot hold) ends it and launches the graph.
 #pragma once
 
 #include <map>
@@ -27,6 +31,7 @@
 #include "kernels/cuda/weight_store_cuda.h"
 #include "model/backend.h"
 #include "model/cuda_backend_memory.h"
+#include "model/cuda_step_graph.h"
 
 namespace nibble {
 
@@ -37,7 +42,9 @@ class CudaBackend : public Backend {
  public:
   // Creates its stream on CUDA device `device` (cuda:N); throws
   // nibble::Error (CUDA's reason, or "built without CUDA") when there is none.
-  explicit CudaBackend(ForwardProfile* profile = nullptr, int device = 0);
+  // graphs: capture decode steps as CUDA graphs (never under a profile,
+  // whose phases synchronise).
+  explicit CudaBackend(ForwardProfile* profile = nullptr, int device = 0, bool graphs = true);
   ~CudaBackend() override;
   const char* name() const override { return "cuda"; }
   ForwardProfile* profile() const override { return profile_; }
@@ -55,7 +62,7 @@ class CudaBackend : public Backend {
   // model whose weights were all placed (tests).
   int64_t first_use_repacks() const { return first_use_repacks_; }
 
-  void begin_step() override;
+  void begin_step(bool decode) override;
   Tensor alloc(int64_t rows, int64_t cols) override;
   size_t mark() const override { return arena_->mark(); }
   void release_to(size_t mark) override { arena_->release_to(mark); }
@@ -92,9 +99,28 @@ class CudaBackend : public Backend {
   // What the first steps put on the device (explain / tests).
   const StepArena& arena() const { return *arena_; }
   const WeightMirror& mirror() const { return *mirror_; }
+  bool graphs() const { return graphs_ != nullptr; }
+  StepGraphStats graph_stats() const { return graphs_ ? graphs_->stats() : StepGraphStats{}; }
 
  private:
   [[noreturn]] void not_yet(const char* op) const;
+  // The step graph's key: what an op launches and the branches it takes
+  // (model/cuda_step_graph.h). Tags name the ops.
+  enum class Launch : uint64_t {
+    embed = 1, rms_norm, linear, rope, gather_rows, add_to_streams, add_bias, moe, hc_pre, hc_post, hc_head,
+    wo_a, attend, pool, draw
+  };
+  void key(Launch op, int64_t v = 0) {
+    if (graphs_) graphs_->mix((uint64_t(op) << 56) ^ uint64_t(v));
+  }
+  // Ends a capture in progress and launches it, before something a graph
+  // cannot hold: a download, a free, an upload from pageable memory.
+  void end_capture(bool early) {
+    if (graphs_) graphs_->end(early);
+  }
+  // A decode step captured as a graph: its launches must not depend on
+  // where in a window each sequence is (append_compressed).
+  bool steady_launches() const { return graphs_ && graphs_->capturing(); }
   // A step's host integers, copied into the arena on the stream.
   template <class T>
   const T* upload_ints(std::span<const T> v) {
@@ -155,6 +181,8 @@ class CudaBackend : public Backend {
   std::unique_ptr<WeightMirror> mirror_;
   std::unique_ptr<PinnedAllocator> pinned_;
   std::unique_ptr<StagingArena> staging_;  // the step's host inputs, pinned (reset by begin_step)
+  std::unique_ptr<CudaGraphDriver> graph_driver_;
+  std::unique_ptr<StepGraphs> graphs_;  // null: every step runs eagerly
   int32_t* error_ = nullptr;  // device: 1 + the first bad token of an embed since the last check
   std::vector<int32_t> error_ids_;  // the ids of the embed that may have set it, for the message
 };

@@ -34,6 +34,13 @@ void CudaBackend::append_compressed(DeviceAttentionCache& cache, DeviceCompresso
   const float* ape = mirror_->device(w.ape.data(), w.ape.size(), "a compressor's ape");
   const float* norm = mirror_->device(w.norm.data(), w.norm.size(), "a compressor's norm");
   const float* inv_freq = mirror_->device(rope.inv_freq().data(), rope.inv_freq().size(), "a RoPE frequency table");
+  // A step captured as a graph launches the same kernels whether or not a
+  // window closes (a sequence closes one every m-th token; a batch's
+  // sequences at different points would give every step another graph):
+  // where none closes, the open window is pooled into a scratch row that
+  // nothing reads. Its slot is taken either way, so the arena's slots stay
+  // where they are.
+  float* scratch = steady_launches() ? arena_->alloc(dim) : nullptr;
   // Pieces of at most kPiece rows: the rings hold a piece and the windows
   // before it that the piece's closing windows pool.
   for (int64_t t0 = 0; t0 < n; t0 += DeviceAttentionCache::kPiece) {
@@ -43,13 +50,16 @@ void CudaBackend::append_compressed(DeviceAttentionCache& cache, DeviceCompresso
     c.high = std::max(c.high, pa + len);
     // Windows [w0, w1) close in this piece.
     const int64_t w0 = pa / m, w1 = (pa + len) / m;
-    if (w1 > w0) {
-      float* out = c.entries + w0 * dim;
-      cuda_compressor_pool(c.kv, c.score, c.ring_rows, width, dim, m, c.overlap, w0, w1 - w0, out, stream_);
-      cuda_rms_norm(out, w1 - w0, dim, norm, float(rms_eps), out, stream_);
-      std::vector<int64_t> at(size_t(w1 - w0));
-      for (int64_t k = 0; k < w1 - w0; ++k) at[size_t(k)] = (w0 + k) * m;
-      cuda_rope(inv_freq, rope.rope_dim(), rope.attention_factor(), out, w1 - w0, 1, dim,
+    const bool closes = w1 > w0;
+    key(Launch::pool, closes || scratch ? 1 : 0);
+    if (closes || scratch) {
+      const int64_t count = closes ? w1 - w0 : 1;
+      float* out = closes ? c.entries + w0 * dim : scratch;
+      cuda_compressor_pool(c.kv, c.score, c.ring_rows, width, dim, m, c.overlap, w0, count, out, stream_);
+      cuda_rms_norm(out, count, dim, norm, float(rms_eps), out, stream_);
+      std::vector<int64_t> at(static_cast<size_t>(count));
+      for (int64_t k = 0; k < count; ++k) at[size_t(k)] = (w0 + k) * m;
+      cuda_rope(inv_freq, rope.rope_dim(), rope.attention_factor(), out, count, 1, dim,
                 upload_ints(std::span<const int64_t>(at)), false, stream_);
     }
   }
@@ -71,6 +81,7 @@ void CudaBackend::attend(const AttentionWeights& w, const AttentionShape& s, con
     fail("attend (cuda): a compressed layer without its compressor's or indexer's projections");
   if (n == 0) return;
   const size_t mark0 = mark();
+  key(Launch::attend, int64_t(w.kind));
 
   if (w.compressor) {
     const int64_t width = w.compressor->width();
@@ -97,6 +108,7 @@ void CudaBackend::attend(const AttentionWeights& w, const AttentionShape& s, con
     }
     auto* sel = reinterpret_cast<int32_t*>(arena_->alloc(n * topk));
     auto* counts = reinterpret_cast<int32_t*>(arena_->alloc(n));
+    key(Launch::attend, max_visible > 0);
     if (max_visible > 0) {
       IndexerTopkArgs a;
       a.q = idx->q + seq.first * iw.heads * iw.dim;
@@ -126,6 +138,7 @@ void CudaBackend::attend(const AttentionWeights& w, const AttentionShape& s, con
   // then the new ones.
   const int64_t first = std::max<int64_t>(0, p0 - (W - 1)), n_old = p0 - first;
   float* keys = arena_->alloc((n_old + n) * d);
+  key(Launch::attend, n_old > 0);
   cuda_ring_load(cache->ring, cache->ring_rows, d, first, n_old, keys, stream_);
   cuda_copy_async(keys + n_old * d, kv.data, size_t(n * d) * sizeof(float), stream_);
 

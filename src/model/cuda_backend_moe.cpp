@@ -135,6 +135,8 @@ void CudaBackend::moe(const BlockWeights& bw, Tensor x, std::span<const int32_t>
   const int64_t busy = std::min(na, E);
   const int ks_up = moe_w4a16_k_splits(busy * (d.w1.rows_padded / 16), d.w1.cols_padded, sms_);
   const int ks_down = moe_w4a16_k_splits(busy * (d.w2.rows_padded / 16), d.w2.cols_padded, sms_);
+  key(Launch::moe, n);
+  key(Launch::moe, ks_up * 1024 + ks_down);
   auto* h = reinterpret_cast<uint16_t*>(arena_->alloc((na * d.w2.cols_padded + 1) / 2));
   MoeGateUpArgs gu;
   gu.gemm.x = xb;

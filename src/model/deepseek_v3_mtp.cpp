@@ -55,7 +55,7 @@ void DeepseekV3Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   const int64_t n = int64_t(ids.size());
   Backend& be = *backend_;
   if (profile_) profile_->begin_step(n == int64_t(parts.size()), n);
-  be.begin_step();
+  be.begin_step(n == int64_t(parts.size()));
 
   // cat [n, 2D] = [enorm(embed(next)) ; hnorm(h)], then x = eh_proj(cat).
   Tensor e = be.alloc(n, D), h = be.alloc(n, D), cat = be.alloc(n, 2 * D), x = be.alloc(n, D);

@@ -21,7 +21,7 @@ DeepseekV4Model::DeepseekV4Model(std::unique_ptr<Checkpoint> ck, const Detection
       pool_(plan_.device.kind == DeviceKind::cuda ? 1 : options.threads),
       profile_(options.profile ? std::make_unique<ForwardProfile>() : nullptr),
       backend_(make_backend(plan_.device, &pool_, profile_.get(),
-                            attention_isa_for(options.plan.linear_backend, plan_.device))) {
+                            attention_isa_for(options.plan.linear_backend, plan_.device), options.cuda_graphs)) {
   if (max_chunk_ <= 0) fail("max_chunk_tokens must be positive, got ", max_chunk_);
   cfg_ = parse_deepseek_v4_config(ck_->config(), ck_->file_path("config.json"));
   w_ = bind_deepseek_v4_weights(*ck_, det, plan_, cfg_, options);
@@ -105,7 +105,7 @@ void DeepseekV4Model::forward_parts(std::span<const Part> parts, StepStats* stat
   const int64_t n = int64_t(ids.size());
   Backend& be = *backend_;
   if (profile_) profile_->begin_step(lay.decode, n);
-  be.begin_step();
+  be.begin_step(lay.decode);
 
   // Embedding, copied into each of the N residual streams: [n, N*D].
   Tensor streams = be.alloc(n, N * D);

@@ -57,6 +57,7 @@ class DeepseekV4Model : public Model {
   int64_t max_context() const override { return cfg_.max_position; }
   const Plan& plan() const override { return plan_; }
   const DeepseekV4Config& config() const { return cfg_; }
+  const Backend& backend() const { return *backend_; }  // what the forward runs on (tests, benchmarks)
 
   std::unique_ptr<ModelState> new_state() const override;
   std::unique_ptr<ModelState> fork(const ModelState& state) const override;

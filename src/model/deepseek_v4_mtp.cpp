@@ -50,7 +50,7 @@ void DeepseekV4Model::draft_forward_parts(std::span<const DraftPart> parts) cons
   const int64_t n = int64_t(ids.size());
   Backend& be = *backend_;
   if (profile_) profile_->begin_step(n == int64_t(parts.size()), n);
-  be.begin_step();
+  be.begin_step(n == int64_t(parts.size()));
 
   // The residual rows the layer reads: [n, N*D], per stream hnorm then h_proj.
   Tensor streams = be.alloc(n, N * D), normed = be.alloc(n, N * D);

@@ -17,10 +17,10 @@ namespace {
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const Device& device, ThreadPool* pool, ForwardProfile* profile,
-                                      CpuIsa attention_isa) {
+                                      CpuIsa attention_isa, bool cuda_graphs) {
   if (device.hypothetical) planning_only(device);
   if (device.kind == DeviceKind::cpu) return std::make_unique<CpuBackend>(pool, profile, attention_isa);
-  return std::make_unique<CudaBackend>(profile, cuda_device_index(device.name));
+  return std::make_unique<CudaBackend>(profile, cuda_device_index(device.name), cuda_graphs);
 }
 
 CpuIsa attention_isa_for(const std::string& b, const Device& device) {

@@ -19,9 +19,10 @@ class ForwardProfile;
 
 // Throws nibble::Error naming the device when it is a planning device, or
 // CUDA's reason when the GPU cannot be used. attention_isa: the path of the
-// CPU backend's attention kernels.
+// CPU backend's attention kernels. cuda_graphs: a GPU's decode steps as
+// CUDA graphs (LoadOptions::cuda_graphs).
 std::unique_ptr<Backend> make_backend(const Device& device, ThreadPool* pool, ForwardProfile* profile,
-                                      CpuIsa attention_isa);
+                                      CpuIsa attention_isa, bool cuda_graphs);
 
 // The CPU attention kernels follow the linear kernels when those are forced
 // to one ISA (--linear-backend cpu_ref, cpu_avx2*, cpu_avx512*: a reference

@@ -108,7 +108,7 @@ void GptOssModel::forward_parts(std::span<const Part> parts, StepStats* stats) c
   const int64_t n = int64_t(ids.size());
   Backend& be = *backend_;
   if (profile_) profile_->begin_step(lay.decode, n);
-  be.begin_step();
+  be.begin_step(lay.decode);
 
   Tensor x = be.alloc(n, D);  // the residual stream [n, D]
   {

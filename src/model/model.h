@@ -45,6 +45,9 @@ struct LoadOptions {
   // Binding runs check_weight_codes on every weight matrix (NaN scale codes
   // would be garbage on the SIMD kernels); true skips it (--no-check-weights).
   bool skip_weight_check = false;
+  // On a GPU, decode steps run as CUDA graphs (model/cuda_step_graph.h);
+  // false launches every kernel by itself (--no-cuda-graphs).
+  bool cuda_graphs = true;
   // Called as weight matrices are bound and checked: bytes bound so far and
   // the checkpoint's weight bytes in all (a progress bar for large models).
   std::function<void(uint64_t done, uint64_t total)> on_progress;

@@ -126,6 +126,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const EngineO
   lo.rollback_tokens = options.rollback_tokens;
   lo.profile = options.profile;
   lo.skip_weight_check = !options.check_weights;
+  lo.cuda_graphs = options.cuda_graphs;
   lo.on_progress = options.on_progress;
   lo.on_upload_progress = options.on_upload_progress;
   auto impl = std::make_unique<Impl>();

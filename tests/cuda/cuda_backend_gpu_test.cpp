@@ -45,8 +45,8 @@ struct Pair {
     Tensor c, g;
   };
   Pair() {
-    cpu.begin_step();
-    gpu.begin_step();
+    cpu.begin_step(false);
+    gpu.begin_step(false);
   }
   T2 make(const std::vector<float>& v, int64_t rows, int64_t cols) {
     T2 t{cpu.alloc(rows, cols), gpu.alloc(rows, cols)};
@@ -428,7 +428,7 @@ TEST(CudaBackendGpu, MoeMatchesTheReference) {
     BlockWeights bw;
     bw.moe = std::move(w);
     CudaBackend gpu;
-    gpu.begin_step();
+    gpu.begin_step(false);
     Tensor x = gpu.alloc(n, D), y = gpu.alloc(n, D);
     gpu.upload(xs.data(), x);
     gpu.moe(bw, x, ids, y);
@@ -445,7 +445,7 @@ TEST(CudaBackendGpu, MoeMatchesTheReference) {
 TEST(CudaBackendGpu, SamplesOnTheDevice) {
   REQUIRE_CUDA_DEVICE();
   CudaBackend gpu;
-  gpu.begin_step();
+  gpu.begin_step(false);
   const int64_t rows = 3, V = 5000;
   std::vector<float> host = randn(size_t(rows * V), 12);
   host[size_t(1 * V + 4321)] = 50;  // row 1's argmax
@@ -466,7 +466,7 @@ TEST(CudaBackendGpu, SamplesOnTheDevice) {
 TEST(CudaBackendGpu, OpsWithoutAKernelSaySo) {
   REQUIRE_CUDA_DEVICE();
   CudaBackend gpu;
-  gpu.begin_step();
+  gpu.begin_step(false);
   // A dense MXFP4 matrix: DeepSeek-V4-Flash has none, so no kernel yet.
   std::vector<float> codes(64, 0.0f);
   WeightView v = f32_view(codes, 8, 64, "an mxfp4 matrix");
@@ -486,7 +486,7 @@ TEST(CudaBackendGpu, OpsWithoutAKernelSaySo) {
 TEST(CudaBackend, ConstructionSaysWhyWithoutADevice) {
   if (!cuda_probe().devices.empty()) {
     CudaBackend gpu;
-    gpu.begin_step();
+    gpu.begin_step(false);
     EXPECT_NE(gpu.alloc(3, 5).data, nullptr);
     return;
   }

@@ -45,7 +45,7 @@ TEST(DeepseekV4StoreGpu, PlacedWeightsServeEveryOpWithoutRepacking) {
     EXPECT_GT(total, 0u);
     EXPECT_EQ(done, total);
     EXPECT_THROW(gpu.place_weights(entries, {}, nullptr), Error);
-    gpu.begin_step();
+    gpu.begin_step(false);
 
     // Every placed matrix a linear takes, on 3 tokens.
     const int64_t T = 3;
@@ -71,7 +71,7 @@ TEST(DeepseekV4StoreGpu, PlacedWeightsServeEveryOpWithoutRepacking) {
               << e.name << " row " << r << " token " << t;
         }
       }
-      gpu.begin_step();
+      gpu.begin_step(false);
     }
 
     // The grouped output projection and the MoE of every block (their
@@ -93,7 +93,7 @@ TEST(DeepseekV4StoreGpu, PlacedWeightsServeEveryOpWithoutRepacking) {
       std::vector<float> out(size_t(T * c.hidden));
       gpu.download(z, out.data());
       for (float f : out) ASSERT_TRUE(std::isfinite(f));
-      gpu.begin_step();
+      gpu.begin_step(false);
     }
     EXPECT_EQ(gpu.first_use_repacks(), 0);
   }

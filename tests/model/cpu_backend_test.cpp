@@ -19,7 +19,7 @@ namespace {
 TEST(CpuBackend, ToHostRowsScattersEachRowToItsBuffer) {
   ThreadPool pool(1);
   CpuBackend be(&pool, nullptr);
-  be.begin_step();
+  be.begin_step(false);
   const int64_t rows = 3, cols = 5;
   Tensor x = be.alloc(rows, cols);
   std::iota(x.data, x.data + rows * cols, 1.0f);
@@ -38,7 +38,7 @@ TEST(CpuBackend, ToHostRowsScattersEachRowToItsBuffer) {
 TEST(CpuBackend, ToHostRowsRefusesMismatchedDestinations) {
   ThreadPool pool(1);
   CpuBackend be(&pool, nullptr);
-  be.begin_step();
+  be.begin_step(false);
   Tensor x = be.alloc(2, 4);
   std::vector<float> a(4);
   std::vector<float*> one = {a.data()}, with_null = {a.data(), nullptr};

@@ -23,7 +23,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(DeviceBackend, HostRunsOnTheCpuBackend) {
   ThreadPool pool(1);
-  auto be = make_backend(named_device("host", 1, 1.0), &pool, nullptr, CpuIsa::ref);
+  auto be = make_backend(named_device("host", 1, 1.0), &pool, nullptr, CpuIsa::ref, true);
   EXPECT_STREQ(be->name(), "cpu");
   require_host_device(named_device("host", 1, 1.0), "gpt-oss");  // no throw
 }
@@ -34,7 +34,7 @@ TEST(DeviceBackend, PlanningDevicesRunNothing) {
     const Device d = named_device(name, 1, 1.0);
     const std::string want = std::string("device ") + name + " is a device to plan for (`nibble explain --device " +
                              name + "`), not one of this machine's: run on host or cuda";
-    EXPECT_EQ(error_of([&] { make_backend(d, &pool, nullptr, CpuIsa::ref); }), want);
+    EXPECT_EQ(error_of([&] { make_backend(d, &pool, nullptr, CpuIsa::ref, true); }), want);
     EXPECT_EQ(error_of([&] { require_host_device(d, "gpt-oss"); }), want);
   }
 }

@@ -1,0 +1,117 @@
+#include "model/cuda_step_graph.h"
+
+#include <algorithm>
+
+#include "device/cuda_graph.h"
+#include "util/error.h"
+
+namespace nibble {
+
+void CudaGraphDriver::begin_capture() { cuda_capture_begin(stream_); }
+void* CudaGraphDriver::end_capture() { return cuda_capture_end(stream_); }
+size_t CudaGraphDriver::nodes(void* graph) { return cuda_graph_nodes(graph); }
+void* CudaGraphDriver::instantiate(void* graph) { return cuda_graph_instantiate(graph); }
+bool CudaGraphDriver::update(void* exec, void* graph) { return cuda_graph_update(exec, graph); }
+void CudaGraphDriver::launch(void* exec) { cuda_graph_launch(exec, stream_); }
+void CudaGraphDriver::destroy_graph(void* graph) { cuda_graph_destroy(graph); }
+void CudaGraphDriver::destroy_exec(void* exec) { cuda_graph_exec_destroy(exec); }
+
+namespace {
+
+// The key's starting value and mixing step (splitmix64's finaliser over the
+// running key and the value): keys of different operation sequences differ
+// with overwhelming likelihood, and a collision only costs a refused update.
+constexpr uint64_t kKeySeed = 0x6e6962626c650001ull;
+
+uint64_t mix64(uint64_t h, uint64_t v) {
+  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+StepGraphs::StepGraphs(GraphDriver& driver, size_t capacity) : d_(&driver), capacity_(std::max<size_t>(1, capacity)) {}
+
+StepGraphs::~StepGraphs() {
+  // A capture left open holds work that never ran; its owner ends it
+  // (CudaBackend's destructor) before this.
+  for (const Exec& e : execs_) d_->destroy_exec(e.exec);
+}
+
+void StepGraphs::begin() {
+  if (capturing_) end(false);
+  d_->begin_capture();
+  capturing_ = true;
+  key_ = kKeySeed;
+  ++step_;
+}
+
+void StepGraphs::mix(uint64_t v) {
+  if (capturing_) key_ = mix64(key_, v);
+}
+
+void StepGraphs::end(bool early) {
+  if (!capturing_) return;
+  capturing_ = false;
+  void* graph = d_->end_capture();  // throws when the capture was invalidated
+  if (!graph) return;
+  ++stats_.captures;
+  if (early) ++stats_.early_ends;
+  void* exec = nullptr;
+  try {
+    stats_.nodes = int64_t(d_->nodes(graph));
+    exec = executable_for(graph);
+  } catch (...) {
+    d_->destroy_graph(graph);
+    throw;
+  }
+  d_->destroy_graph(graph);  // the executable keeps what it needs
+  d_->launch(exec);
+  ++stats_.launches;
+}
+
+void StepGraphs::end_quietly(bool early) noexcept {
+  try {
+    end(early);
+  } catch (const std::exception& e) {
+    if (lost_.empty()) lost_ = e.what();
+  }
+}
+
+void StepGraphs::raise_lost() {
+  if (lost_.empty()) return;
+  const std::string e = std::move(lost_);
+  lost_.clear();
+  fail(e);
+}
+
+void* StepGraphs::executable_for(void* graph) {
+  auto it = std::find_if(execs_.begin(), execs_.end(), [&](const Exec& e) { return e.key == key_; });
+  if (it != execs_.end()) {
+    it->used = step_;
+    if (d_->update(it->exec, graph)) {
+      ++stats_.updates;
+      return it->exec;
+    }
+    ++stats_.refused_updates;
+    // Another topology under this key: this graph's executable replaces it.
+    void* fresh = d_->instantiate(graph);
+    ++stats_.instantiations;
+    d_->destroy_exec(it->exec);
+    it->exec = fresh;
+    return fresh;
+  }
+  void* fresh = d_->instantiate(graph);
+  ++stats_.instantiations;
+  if (execs_.size() == capacity_) {
+    auto lru = std::min_element(execs_.begin(), execs_.end(), [](const Exec& a, const Exec& b) { return a.used < b.used; });
+    d_->destroy_exec(lru->exec);
+    execs_.erase(lru);
+  }
+  execs_.push_back(Exec{key_, fresh, step_});
+  return fresh;
+}
+
+}  // namespace nibble
