@@ -207,6 +207,7 @@ fi
       tail -3 "$RESULTS/$run.log" 2>/dev/null
     fi
   done
+  grep -h 'graph launches\|CUDA graphs off' "$RESULTS/flash_decode.log" "$RESULTS/flash_decode_eager.log" 2>/dev/null
   grep '^\[nibble profile\]' "$RESULTS/flash_profile.log" 2>/dev/null | head -24
   [ -f "$RESULTS/memcheck.log" ] && { echo; echo "=== memcheck"; tail -4 "$RESULTS/memcheck.log"; }
   echo

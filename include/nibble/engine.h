@@ -194,6 +194,10 @@ class Engine {
   // Speculative decoding's draft (the MTP layer): "" when the model has one,
   // else why not (missing, partial or misshapen mtp.* tensors, ...).
   std::string draft_unavailable() const;
+  // What the model's backend reports of the steps so far (on a GPU: how
+  // many decode steps ran as CUDA graphs and the host's time per graph);
+  // empty when nothing.
+  std::string backend_report() const;
 
   // Text (needs tokenizer.json; throws otherwise).
   bool has_tokenizer() const;

@@ -201,6 +201,9 @@ int bench_decode(const std::vector<std::string>& argv) {
     r.bound_tps = double(S) * r.bandwidth * 1e9 / bytes;
     r.ratio = r.decode_tps / r.bound_tps;
     print_row(r, json, bw_source);
+    // On a GPU, the step graphs so far (counts, host time per launch).
+    if (const std::string rep = engine->backend_report(); !rep.empty())
+      std::fprintf(json ? stderr : stdout, "# %lld sequences: %s\n", (long long)S, rep.c_str());
   }
   if (spec_k > 0) {
     std::vector<int32_t> text;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/weight_store.h"
@@ -65,6 +66,10 @@ class Backend {
                              ThreadPool* pool) {
     (void)entries, (void)progress, (void)pool;
   }
+
+  // What the backend did that a benchmark shows beside its numbers (the
+  // CUDA backend: its step graphs); empty when nothing.
+  virtual std::string report() const { return {}; }
 
   // Step workspace. alloc() returns uninitialised memory that lives until
   // release_to() of a mark taken before it (or the next begin_step()).

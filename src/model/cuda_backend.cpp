@@ -149,6 +149,11 @@ CudaBackend::~CudaBackend() {
   cuda_stream_destroy(stream_);
 }
 
+std::string CudaBackend::report() const {
+  if (!graphs_) return profile_ ? "CUDA graphs off under --profile" : "CUDA graphs off (--no-cuda-graphs)";
+  return describe(graphs_->stats());
+}
+
 void CudaBackend::not_yet(const char* op) const {
   fail("the CUDA backend has no ", op, " yet: run this model with --device host");
 }

@@ -101,6 +101,7 @@ class CudaBackend : public Backend {
   const WeightMirror& mirror() const { return *mirror_; }
   bool graphs() const { return graphs_ != nullptr; }
   StepGraphStats graph_stats() const { return graphs_ ? graphs_->stats() : StepGraphStats{}; }
+  std::string report() const override;
 
  private:
   [[noreturn]] void not_yet(const char* op) const;

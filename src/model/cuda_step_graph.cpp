@@ -1,6 +1,8 @@
 #include "model/cuda_step_graph.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "device/cuda_graph.h"
 #include "util/error.h"
@@ -23,6 +25,10 @@ namespace {
 // with overwhelming likelihood, and a collision only costs a refused update.
 constexpr uint64_t kKeySeed = 0x6e6962626c650001ull;
 
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 uint64_t mix64(uint64_t h, uint64_t v) {
   uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -31,6 +37,19 @@ uint64_t mix64(uint64_t h, uint64_t v) {
 }
 
 }  // namespace
+
+std::string describe(const StepGraphStats& s) {
+  if (s.launches == 0) return "no step ran as a CUDA graph";
+  const double per = 1e3 / double(s.launches);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%lld graph launches (%lld ended early), %lld instantiations, %lld updates (%lld refused), last graph "
+                "%lld nodes; host ms per launch: capture %.3f, update/instantiate %.3f, launch %.3f",
+                (long long)s.launches, (long long)s.early_ends, (long long)s.instantiations, (long long)s.updates,
+                (long long)s.refused_updates, (long long)s.nodes, s.capture_seconds * per, s.build_seconds * per,
+                s.launch_seconds * per);
+  return line;
+}
 
 StepGraphs::StepGraphs(GraphDriver& driver, size_t capacity) : d_(&driver), capacity_(std::max<size_t>(1, capacity)) {}
 
@@ -42,6 +61,7 @@ StepGraphs::~StepGraphs() {
 
 void StepGraphs::begin() {
   if (capturing_) end(false);
+  began_ = now_seconds();
   d_->begin_capture();
   capturing_ = true;
   key_ = kKeySeed;
@@ -57,6 +77,8 @@ void StepGraphs::end(bool early) {
   capturing_ = false;
   void* graph = d_->end_capture();  // throws when the capture was invalidated
   if (!graph) return;
+  const double captured = now_seconds();
+  stats_.capture_seconds += captured - began_;
   ++stats_.captures;
   if (early) ++stats_.early_ends;
   void* exec = nullptr;
@@ -68,7 +90,10 @@ void StepGraphs::end(bool early) {
     throw;
   }
   d_->destroy_graph(graph);  // the executable keeps what it needs
+  const double built = now_seconds();
+  stats_.build_seconds += built - captured;
   d_->launch(exec);
+  stats_.launch_seconds += now_seconds() - built;
   ++stats_.launches;
 }
 

@@ -67,7 +67,15 @@ struct StepGraphStats {
   int64_t refused_updates = 0;  // updates the runtime refused (a key that missed a branch)
   int64_t early_ends = 0;       // captures ended inside a step (a synchronisation, a free, a first use)
   int64_t nodes = 0;            // nodes of the last graph launched
+  // Host seconds, summed over the captures: recording the step's launches
+  // (from begin() to the capture's end: the forward's host work), making
+  // the executable (update or instantiation), launching it. With the GPU's
+  // time per step (bench decode) they split a step into host and device.
+  double capture_seconds = 0, build_seconds = 0, launch_seconds = 0;
 };
+
+// One line for people: the counts and the host time per launch.
+std::string describe(const StepGraphStats& s);
 
 class StepGraphs {
  public:
@@ -110,6 +118,7 @@ class StepGraphs {
   size_t capacity_;
   std::vector<Exec> execs_;
   bool capturing_ = false;
+  double began_ = 0;  // steady-clock seconds at begin()
   uint64_t key_ = 0;
   uint64_t step_ = 0;
   std::string lost_;  // the error end_quietly kept, not yet raised

@@ -58,6 +58,7 @@ class DeepseekV4Model : public Model {
   const Plan& plan() const override { return plan_; }
   const DeepseekV4Config& config() const { return cfg_; }
   const Backend& backend() const { return *backend_; }  // what the forward runs on (tests, benchmarks)
+  std::string backend_report() const override { return backend_->report(); }
 
   std::unique_ptr<ModelState> new_state() const override;
   std::unique_ptr<ModelState> fork(const ModelState& state) const override;

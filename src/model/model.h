@@ -177,6 +177,9 @@ class Model {
   // and for the error when speculation was asked for).
   virtual bool has_draft() const = 0;
   virtual std::string draft_unavailable() const = 0;
+  // What the backend reports of the steps so far (Backend::report; the CUDA
+  // backend's step graphs); empty when nothing.
+  virtual std::string backend_report() const { return {}; }
   // Past rows the draft layer reads (its attention window): feeding it the
   // last draft_context() rows of a prompt gives it all the context it uses.
   // max_context() for a full-attention layer (DeepSeek-V3's): every row.

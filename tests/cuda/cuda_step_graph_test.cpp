@@ -141,6 +141,11 @@ TEST(StepGraphs, RepeatedStepsUpdateOneExecutableAndRunWhatWasQueued) {
     EXPECT_EQ(g.stats().nodes, 3);
     EXPECT_EQ(g.executables(), 1u);
     EXPECT_TRUE(d.graphs.empty());  // each captured graph freed once launched
+    EXPECT_GE(g.stats().capture_seconds, 0);
+    EXPECT_GE(g.stats().build_seconds, 0);
+    EXPECT_GE(g.stats().launch_seconds, 0);
+    const std::string line = describe(g.stats());
+    EXPECT_NE(line.find("10 graph launches (0 ended early), 1 instantiations, 9 updates"), std::string::npos) << line;
   }
   EXPECT_TRUE(d.execs.empty());  // and the executables with the StepGraphs
 }
@@ -211,6 +216,7 @@ TEST(StepGraphs, AnEmptyCaptureLaunchesNothing) {
   StepGraphs g(d);
   g.begin();
   g.end(false);
+  EXPECT_EQ(describe(g.stats()), "no step ran as a CUDA graph");
   EXPECT_EQ(g.stats().captures, 0);
   EXPECT_EQ(g.stats().launches, 0);
   EXPECT_EQ(d.instantiations, 0);
