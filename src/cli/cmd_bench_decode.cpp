@@ -46,6 +46,7 @@ const std::vector<OptionSpec> kOptions = {
     {"--bandwidth", "GBPS", "assume this read bandwidth instead of measuring it per row"},
     {"--seed", "S", "seed of the random prompt and decode tokens (default 0)"},
     {"--profile", "", "time every phase of the steps and print the table at the end (stderr)"},
+    {"--no-cuda-graphs", "", "on a GPU, launch every kernel of a decode step by itself instead of as one CUDA graph"},
     {"--spec-draft-tokens", "K", "also measure speculative decoding with the MTP layer: verify cost for k = 1..K, "
                                  "greedy tokens/s and acceptance with k = K (default 0: off)"},
     {"--no-spec", "", "no speculative decoding section (the default)"},

@@ -22,12 +22,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/load_flags.h"
 #include "cli/text_generation.h"
+#include "convert/progress.h"
 #include "nibble/engine.h"
 #include "runtime/kl_divergence.h"
 #include "tokenizer/tokenizer.h"
@@ -140,8 +142,13 @@ int run_kld(const std::vector<std::string>& argv) {
     opt.linear_backend = s->linear_flag;
     opt.check_weights = !args.has("--no-check-weights");
     opt.load_tokenizer = false;  // kld tokenizes --text itself, once
+    // Large models take minutes to load (and on a GPU to upload): a bar per run.
+    ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet,
+                    s == &base ? "base run" : "test run");
+    show_load_progress(opt, bar);
     try {
       s->engine = Engine::load(dir, opt);
+      bar.finish();
     } catch (const Error& e) {
       // The planner names --moe-backend / --linear-backend; say which run.
       if (s == &base)

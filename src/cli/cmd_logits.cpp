@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/usage_error.h"
 #include "cli/command.h"
 #include "cli/load_flags.h"
+#include "convert/progress.h"
 #include "nibble/engine.h"
 #include "util/error.h"
 
@@ -71,7 +73,10 @@ int run_logits(const std::vector<std::string>& argv) {
 
   EngineOptions opt = engine_options(args);
   opt.load_tokenizer = false;  // token ids in, logits out
+  ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
+  show_load_progress(opt, bar);
   auto engine = Engine::load(dir, opt);
+  bar.finish();
 
   const int64_t vocab = engine->vocab_size();
   const StepInput in{engine->create(), tokens, /*all_logits=*/true};

@@ -75,10 +75,19 @@ float* StepArena::alloc(int64_t floats) {
   if (s.floats < want || !s.p) {
     // Replaced, not resized: nothing of the step can still point into the
     // old memory (this slot was released or never handed out this step).
-    float* p = static_cast<float*>(a_->allocate(std::max<size_t>(want, kAlignFloats) * sizeof(float)));
+    // A slot that grows again grows by half at least: decode's buffers that
+    // follow the context (the indexer's scores, the attention logits over
+    // HCA's entries) would otherwise grow every few hundred tokens, each
+    // time a free (which synchronises the device and ends a step graph's
+    // capture); so they grow a logarithmic number of times.
+    const size_t floats =
+        std::max<size_t>(s.p ? std::max(want, (s.floats + s.floats / 2 + kAlignFloats - 1) / kAlignFloats * kAlignFloats)
+                             : want,
+                         kAlignFloats);
+    float* p = static_cast<float*>(a_->allocate(floats * sizeof(float)));
     a_->release(s.p);
     s.p = p;
-    s.floats = std::max<size_t>(want, kAlignFloats);
+    s.floats = floats;
     ++growths_;
   }
   return s.p;

@@ -5,10 +5,10 @@
 // - StepArena: the step workspace behind Backend::alloc / mark / release_to,
 //   with the CPU backend's reuse rule (the k-th live buffer of a step is
 //   slot k, which only grows), so a steady-state decode step allocates
-//   nothing and hands out the same addresses every time: what a CUDA graph
-//   of the step needs. A slot that must grow is replaced (its old memory is
-//   freed, which synchronises the device first) and `growths()` counts it,
-//   so a captured graph knows it is stale.
+//   nothing and hands out the same addresses every time. A slot that must
+//   grow is replaced (its old memory is freed, which synchronises the
+//   device first and ends a step graph's capture) by one at least half
+//   again as large, and `growths()` counts it.
 // - WeightMirror: device copies of the small host-resident weights the
 //   forward passes by pointer (norm weights, hyper-connection base / scale,
 //   F32 hc_*_fn matrices, RoPE frequency tables, router biases), made on

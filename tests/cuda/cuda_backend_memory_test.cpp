@@ -61,6 +61,24 @@ TEST(StepArena, ASlotThatMustGrowIsReplacedAndCounted) {
   EXPECT_GE(a.bytes(), 100000u * 4);
 }
 
+TEST(StepArena, ASlotThatKeepsGrowingGrowsLogarithmicallyOften) {
+  // A decode buffer that follows the context: 64 more floats every step for
+  // 1000 steps. Each growth takes at least 1.5x the slot, from 64 floats up
+  // to 64000: at most 1 + ceil(log(1000) / log(1.5)) = 19 allocations, and
+  // never more than 1.5x what was asked (plus the alignment).
+  HostAllocator host;
+  StepArena a(host);
+  for (int64_t k = 1; k <= 1000; ++k) {
+    a.begin_step();
+    float* p = a.alloc(64 * k);
+    p[64 * k - 1] = 1.0f;  // the whole buffer is there (the sanitizer build checks)
+  }
+  EXPECT_GE(a.growths(), 2u);
+  EXPECT_LE(a.growths(), 19u);
+  EXPECT_LE(a.bytes(), uint64_t(64000 * 3 / 2 + 64) * 4);
+  EXPECT_EQ(host.live.size(), 1u);
+}
+
 TEST(StepArena, ReleasePastTheInUseBuffersIsABug) {
   HostAllocator host;
   StepArena a(host);

@@ -67,5 +67,26 @@ TEST(DeviceFlag, CudaRunsTheShippedModelOrSaysWhyNot) {
   std::printf("%s", bench.out.c_str());
 }
 
+// --no-cuda-graphs is a load flag of every model command: without a GPU
+// the error is still the CUDA one (the flag parsed, not a usage error);
+// with one, bench decode says after each row how its decode steps ran: as
+// CUDA graphs (launches, updates, host time per launch) or not.
+TEST(DeviceFlag, CudaGraphsCanBeTurnedOff) {
+  const RunResult on = run_nibble({"bench", "decode", shipped(), "--device", "cuda", "--sequences", "2", "-n", "6",
+                                   "--prompt-tokens", "8", "--json"});
+  const RunResult off = run_nibble({"bench", "decode", shipped(), "--device", "cuda", "--sequences", "2", "-n", "6",
+                                    "--prompt-tokens", "8", "--json", "--no-cuda-graphs"});
+  if (cuda_probe().devices.empty()) {
+    EXPECT_EQ(off.exit_code, 1) << off.err;
+    EXPECT_TRUE(contains(off.err, cuda_probe().error)) << off.err;
+    GTEST_SKIP() << "needs a CUDA device for the runs themselves: " << cuda_probe().error;
+  }
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_TRUE(contains(on.err, "graph launches")) << on.err;
+  EXPECT_TRUE(contains(off.err, "CUDA graphs off (--no-cuda-graphs)")) << off.err;
+  std::printf("graphs: %s\neager: %s\n", on.err.c_str(), off.err.c_str());
+}
+
 }  // namespace
 }  // namespace nibble
