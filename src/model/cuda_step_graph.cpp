@@ -82,9 +82,10 @@ void StepGraphs::end(bool early) {
   ++stats_.captures;
   if (early) ++stats_.early_ends;
   void* exec = nullptr;
+  bool kept = true;
   try {
     stats_.nodes = int64_t(d_->nodes(graph));
-    exec = executable_for(graph);
+    exec = executable_for(graph, early, kept);
   } catch (...) {
     d_->destroy_graph(graph);
     throw;
@@ -92,7 +93,15 @@ void StepGraphs::end(bool early) {
   d_->destroy_graph(graph);  // the executable keeps what it needs
   const double built = now_seconds();
   stats_.build_seconds += built - captured;
-  d_->launch(exec);
+  try {
+    d_->launch(exec);
+  } catch (...) {
+    if (!kept) d_->destroy_exec(exec);
+    throw;
+  }
+  // A one-off is freed once it has run (the runtime defers the free of an
+  // executable in flight).
+  if (!kept) d_->destroy_exec(exec);
   stats_.launch_seconds += now_seconds() - built;
   ++stats_.launches;
 }
@@ -112,7 +121,8 @@ void StepGraphs::raise_lost() {
   fail(e);
 }
 
-void* StepGraphs::executable_for(void* graph) {
+void* StepGraphs::executable_for(void* graph, bool early, bool& kept) {
+  kept = true;
   auto it = std::find_if(execs_.begin(), execs_.end(), [&](const Exec& e) { return e.key == key_; });
   if (it != execs_.end()) {
     it->used = step_;
@@ -130,6 +140,12 @@ void* StepGraphs::executable_for(void* graph) {
   }
   void* fresh = d_->instantiate(graph);
   ++stats_.instantiations;
+  // The part of a step before an early end (a growth, a first use) seldom
+  // comes again: run once, not kept where it would push out a real step's.
+  if (early) {
+    kept = false;
+    return fresh;
+  }
   if (execs_.size() == capacity_) {
     auto lru = std::min_element(execs_.begin(), execs_.end(), [](const Exec& a, const Exec& b) { return a.used < b.used; });
     d_->destroy_exec(lru->exec);

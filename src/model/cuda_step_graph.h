@@ -112,7 +112,9 @@ class StepGraphs {
     void* exec = nullptr;
     uint64_t used = 0;  // the step that last launched it
   };
-  void* executable_for(void* graph);
+  // The executable to launch for `graph` under the current key; kept:
+  // whether it stays in execs_ (false: the caller frees it after launch).
+  void* executable_for(void* graph, bool early, bool& kept);
 
   GraphDriver* d_;
   size_t capacity_;

@@ -198,6 +198,9 @@ TEST(StepGraphs, AnEarlyEndRunsTheCapturedPartThenTheRestEagerlyInOrder) {
   EXPECT_EQ(d.ran, (std::vector<Work>{{"a", 1}, {"b", 2}, {"c", 3}}));
   EXPECT_EQ(g.stats().early_ends, 1);
   EXPECT_EQ(g.stats().launches, 1);
+  // A part ended early is run once and not kept (it seldom comes again).
+  EXPECT_EQ(g.executables(), 0u);
+  EXPECT_TRUE(d.execs.empty());
 }
 
 TEST(StepGraphs, AStepLeftOpenRunsWhenTheNextBegins) {
