@@ -180,6 +180,7 @@ double Engine::measure_bandwidth_gbps() const {
   if (d.kind == DeviceKind::cuda) return cuda_read_bandwidth_gbps(cuda_device_index(d.name), uint64_t(4) << 30);
   return measure_read_bandwidth_gbps(d.cores);
 }
+
 std::string Engine::backend_report() const { return impl_->model->backend_report(); }
 
 std::string Engine::draft_unavailable() const {
