@@ -33,12 +33,6 @@ void* cuda_capture_end(void* stream) {
   return g;
 }
 
-bool cuda_stream_capturing(void* stream) {
-  cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(as_stream(stream), &s), "cudaStreamIsCapturing");
-  return s == cudaStreamCaptureStatusActive;
-}
-
 size_t cuda_graph_nodes(void* graph) {
   size_t n = 0;
   check(cudaGraphGetNodes(static_cast<cudaGraph_t>(graph), nullptr, &n), "cudaGraphGetNodes");

@@ -18,7 +18,6 @@ void cuda_capture_begin(void* stream);
 // when none was. Throws when the capture was invalidated (an operation a
 // graph cannot hold was queued on the stream meanwhile).
 void* cuda_capture_end(void* stream);
-bool cuda_stream_capturing(void* stream);
 size_t cuda_graph_nodes(void* graph);
 void* cuda_graph_instantiate(void* graph);
 // Gives `exec` the parameters of `graph` (kernel arguments, grids, copy

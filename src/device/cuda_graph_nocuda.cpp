@@ -13,7 +13,6 @@ namespace {
 
 void cuda_capture_begin(void*) { no_cuda(); }
 void* cuda_capture_end(void*) { no_cuda(); }
-bool cuda_stream_capturing(void*) { no_cuda(); }
 size_t cuda_graph_nodes(void*) { no_cuda(); }
 void* cuda_graph_instantiate(void*) { no_cuda(); }
 bool cuda_graph_update(void*, void*) { no_cuda(); }
