@@ -83,6 +83,15 @@ if(NIBBLE_CUDA_ENABLED)
   set_target_properties(nibble_cuda PROPERTIES POSITION_INDEPENDENT_CODE OFF CUDA_RUNTIME_LIBRARY Static)
   target_link_libraries(nibble_cuda PUBLIC CUDA::cudart_static)
   list(FILTER NIBBLE_CORE_SRC EXCLUDE REGEX "_nocuda\\.cpp$")
+  # The stand-ins a build without nvcc compiles instead of the .cu files,
+  # compiled here too and linked into nothing: a CUDA header they no longer
+  # match fails this build (-Wmissing-declarations: a definition whose
+  # signature drifted from its header's declares nothing), not only the
+  # build of a machine without nvcc.
+  file(GLOB_RECURSE NIBBLE_NOCUDA_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*_nocuda.cpp)
+  add_library(nibble_nocuda_check OBJECT ${NIBBLE_NOCUDA_SRC})
+  target_include_directories(nibble_nocuda_check PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
+  target_compile_options(nibble_nocuda_check PRIVATE -Wmissing-declarations)
 else()
   set(NIBBLE_CUDA_SRC "")
 endif()
