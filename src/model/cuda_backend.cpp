@@ -116,8 +116,7 @@ void CudaBackend::begin_step(bool decode) {
   // The kernels of a step launch from the calling thread, whose current
   // device may not be this backend's (cuda_memory.h).
   cuda_set_device(device_);
-  end_capture(false);  // a step that downloaded nothing: its graph runs now
-  if (graphs_) graphs_->raise_lost();
+  end_step_capture();  // a step that downloaded nothing: its graph runs now
   // The last step's uploads read the staging memory until the stream has
   // run them (a step that ends with a download has waited already).
   if (staging_->staged() > 0) {
@@ -173,8 +172,7 @@ void CudaBackend::upload(const float* host, Tensor t) {
 }
 
 void CudaBackend::download(Tensor t, float* host) {
-  end_capture(false);
-  if (graphs_) graphs_->raise_lost();
+  end_step_capture();
   cuda_download(host, t.data, size_t(t.rows * t.cols) * sizeof(float), stream_);
   check_errors();
 }
@@ -197,8 +195,7 @@ void CudaBackend::draw_tokens(Tensor logits, std::span<const DrawParams> params,
   key(Launch::draw, logits.rows);
   cuda_sample(logits.data, logits.rows, vocab, logits.cols, reinterpret_cast<const DrawParams*>(p), w, ws, d_ids,
               stream_);
-  end_capture(false);  // the step's graph, sampling included, then only the ids come back
-  if (graphs_) graphs_->raise_lost();
+  end_step_capture();  // the step's graph, sampling included, then only the ids come back
   cuda_download(ids.data(), d_ids, ids.size_bytes(), stream_);
   release_to(m);
   check_errors();

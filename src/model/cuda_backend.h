@@ -99,7 +99,6 @@ class CudaBackend : public Backend {
   // What the first steps put on the device (explain / tests).
   const StepArena& arena() const { return *arena_; }
   const WeightMirror& mirror() const { return *mirror_; }
-  bool graphs() const { return graphs_ != nullptr; }
   StepGraphStats graph_stats() const { return graphs_ ? graphs_->stats() : StepGraphStats{}; }
   std::string report() const override;
 
@@ -114,10 +113,14 @@ class CudaBackend : public Backend {
   void key(Launch op, int64_t v = 0) {
     if (graphs_) graphs_->mix((uint64_t(op) << 56) ^ uint64_t(v));
   }
-  // Ends a capture in progress and launches it, before something a graph
-  // cannot hold: a download, a free, an upload from pageable memory.
-  void end_capture(bool early) {
-    if (graphs_) graphs_->end(early);
+  // The step's end (a download, the next begin_step): launches the capture
+  // in progress, and raises the error of one a free ended quietly.
+  // Allocations, frees and pageable uploads inside a step end it through
+  // the allocators instead (early).
+  void end_step_capture() {
+    if (!graphs_) return;
+    graphs_->end(false);
+    graphs_->raise_lost();
   }
   // A decode step captured as a graph: its launches must not depend on
   // where in a window each sequence is (append_compressed).

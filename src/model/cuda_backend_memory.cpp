@@ -69,7 +69,8 @@ StepArena::~StepArena() {
 
 float* StepArena::alloc(int64_t floats) {
   if (floats < 0) fail("step arena: a buffer of ", floats, " values");
-  const size_t want = (size_t(floats) + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  auto aligned = [](size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; };
+  const size_t want = aligned(size_t(floats));
   if (used_ == slots_.size()) slots_.emplace_back();
   Slot& s = slots_[used_++];
   if (s.floats < want || !s.p) {
@@ -80,10 +81,8 @@ float* StepArena::alloc(int64_t floats) {
     // HCA's entries) would otherwise grow every few hundred tokens, each
     // time a free (which synchronises the device and ends a step graph's
     // capture); so they grow a logarithmic number of times.
-    const size_t floats =
-        std::max<size_t>(s.p ? std::max(want, (s.floats + s.floats / 2 + kAlignFloats - 1) / kAlignFloats * kAlignFloats)
-                             : want,
-                         kAlignFloats);
+    size_t floats = std::max(want, kAlignFloats);
+    if (s.p) floats = std::max(floats, aligned(s.floats + s.floats / 2));
     float* p = static_cast<float*>(a_->allocate(floats * sizeof(float)));
     a_->release(s.p);
     s.p = p;
