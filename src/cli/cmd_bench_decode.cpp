@@ -20,7 +20,6 @@
 #include <fstream>
 #include <iterator>
 #include <random>
-#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/human.h"
@@ -120,7 +119,7 @@ int bench_decode(const std::vector<std::string>& argv) {
   EngineOptions opt = engine_options(args);
   opt.step_tokens = args.integer("--step-tokens", 256, 1, 1 << 20);
   opt.bandwidth_gbps = given_bw > 0 ? given_bw : 1.0;  // the planner's bound is not used here
-  ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
+  ProgressBar bar(stderr, load_progress_mode());
   show_load_progress(opt, bar);
   auto engine = Engine::load(dir, opt);
   bar.finish();

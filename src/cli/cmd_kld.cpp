@@ -22,7 +22,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/usage_error.h"
@@ -143,8 +142,7 @@ int run_kld(const std::vector<std::string>& argv) {
     opt.check_weights = !args.has("--no-check-weights");
     opt.load_tokenizer = false;  // kld tokenizes --text itself, once
     // Large models take minutes to load (and on a GPU to upload): a bar per run.
-    ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet,
-                    s == &base ? "base run" : "test run");
+    ProgressBar bar(stderr, load_progress_mode());
     show_load_progress(opt, bar);
     try {
       s->engine = Engine::load(dir, opt);

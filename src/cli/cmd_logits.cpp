@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/usage_error.h"
@@ -73,7 +72,7 @@ int run_logits(const std::vector<std::string>& argv) {
 
   EngineOptions opt = engine_options(args);
   opt.load_tokenizer = false;  // token ids in, logits out
-  ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
+  ProgressBar bar(stderr, load_progress_mode());
   show_load_progress(opt, bar);
   auto engine = Engine::load(dir, opt);
   bar.finish();

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <unistd.h>
 
 #include "cli/text_generation.h"
 #include "cli/usage_error.h"
@@ -99,6 +100,10 @@ EngineOptions engine_options(const ParsedArgs& args) {
   opt.check_weights = !args.has("--no-check-weights");
   opt.cuda_graphs = !args.has("--no-cuda-graphs");
   return opt;
+}
+
+ProgressBar::Mode load_progress_mode() {
+  return ::isatty(STDERR_FILENO) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet;
 }
 
 void show_load_progress(EngineOptions& opt, ProgressBar& bar) {

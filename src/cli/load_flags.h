@@ -35,6 +35,10 @@ std::string model_dir_arg(const ParsedArgs& args, bool shipped_default, const st
 // 2); more threads than the machine has is allowed but warned about.
 EngineOptions engine_options(const ParsedArgs& args);
 
+// How a command's load progress shows: a bar when stderr is a terminal,
+// nothing in logs and pipes (serve, whose stderr is a log, writes lines).
+ProgressBar::Mode load_progress_mode();
+
 // Draws `bar` while a model of 1 GiB or more binds and checks its weights
 // ("load") and, on a GPU, while they are copied there ("upload"); nothing
 // for smaller models, which load too fast for it to help.

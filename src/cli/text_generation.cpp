@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -66,7 +65,7 @@ TextModel load_text_model(const ParsedArgs& args, const std::string& usage, bool
   opt.load_tokenizer = false;  // the CLI loads its own (below)
   // A bar on a terminal while a large model binds and checks its weights
   // (seconds for a full-size checkpoint); nothing for small ones or in logs.
-  ProgressBar bar(stderr, ::isatty(2) ? ProgressBar::Mode::terminal : ProgressBar::Mode::quiet);
+  ProgressBar bar(stderr, load_progress_mode());
   show_load_progress(opt, bar);
   const int64_t ctx_flag = args.integer("--ctx-size", 0, 1, int64_t(1) << 40);
   const auto t0 = std::chrono::steady_clock::now();
