@@ -78,11 +78,14 @@ constexpr int64_t kCols = 128;  // columns per group: 64 bytes of codes
 // 0.73 of the paired probe with 1 KB, 0.86 with 2 KB (4 KB: 0.74).
 constexpr int64_t kFp4Prefetch = 2 * kPrefetch;
 
-// One token (one row at a time, rows consumed in memory order) also asks
-// for the line 8 KB ahead into L2, so more of the stream is in flight
-// than L1's fill buffers allow. Two-thread MoE dsv4-flash MXFP4 batch 1,
-// interleaved A/B on a noisy machine: median ratio 0.575 -> 0.616 (6 runs
-// each) and 0.451 -> 0.506 (10 runs each); bench/RESULTS.md.
+// One token also asks for the line 8 KB ahead into L2, so more of the
+// stream is in flight than L1's fill buffers allow (one row at a time:
+// rows are consumed in memory order; two long rows side by side: 8 KB
+// ahead is later in the same row, or in the next block). Two-thread MoE
+// dsv4-flash MXFP4 batch 1, interleaved A/B on a noisy machine: median
+// ratio 0.575 -> 0.616 (6 runs each) and 0.451 -> 0.506 (10 runs each);
+// bench/RESULTS.md. Two long rows with it against without: MoE-shaped
+// rows are not long, and 16384 x 16384 was level (0.76-0.81 both ways).
 constexpr int64_t kFp4PrefetchL2 = 8192;
 
 // Rows per block for T tokens (registers: R*T accumulators, R*T
@@ -92,6 +95,15 @@ constexpr int64_t kFp4PrefetchL2 = 8192;
 // rows for more (see above and bench/RESULTS.md).
 template <int T>
 constexpr int kRows = T == 1 ? 1 : 4;
+
+// One token over rows of at least this many bytes runs two rows side by
+// side instead: two streams through memory 8 KB or more apart, where one
+// row at a time keeps one. From DRAM on a 2-core Sapphire Rapids class
+// Xeon (2 threads, 3 interleaved rounds, ratio to the paired probe):
+// 16384 x 16384 MXFP4 0.62-0.66 -> 0.76-0.81, 1024 x 16384 0.57 -> 0.68-0.70;
+// but at the MoE's 2 KB rows one row at a time stays ahead (layer 0.76-0.88
+// against 0.67-0.81), and 4 KB rows are level (bench/RESULTS.md).
+constexpr int64_t kLongRowBytes = 8192;
 
 // E2M1 code -> value (codes 8..15 are the negatives, 8 is -0).
 inline __m512 e2m1_table() {
@@ -193,7 +205,7 @@ void fp4_rows(const uint8_t* w0, const uint8_t* s0, int64_t cols, const float* c
       if (kFp4Prefetch) {
         const uint8_t* ahead = p[r] + kFp4Prefetch + (64 * g + kFp4Prefetch < wbytes ? 0 : (R - 1) * wbytes);
         _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-        if constexpr (R == 1) _mm_prefetch(reinterpret_cast<const char*>(p[r] + kFp4PrefetchL2), _MM_HINT_T1);
+        if constexpr (T == 1) _mm_prefetch(reinterpret_cast<const char*>(p[r] + kFp4PrefetchL2), _MM_HINT_T1);
       }
       s[r] = group_scales<kNv>(s0 + r * sbytes, g, 0);
     }
@@ -217,10 +229,9 @@ void fp4_rows(const uint8_t* w0, const uint8_t* s0, int64_t cols, const float* c
     for (int t = 0; t < T; ++t) dots[r * T + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-template <int T, bool kNv>
-void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* x, int64_t t0,
-               const RowsOut& out) {
-  constexpr int R = kRows<T>;
+template <int R, int T, bool kNv>
+void fp4_range_rows(const RawWeights& w, int64_t r0, int64_t r1, const float* const* x, int64_t t0,
+                    const RowsOut& out) {
   const int64_t cols = w.cols, wbytes = cols / 2, sbytes = cols / (kNv ? 16 : 32);
   // NVFP4: the 2^-8 of nv_scales and the global scale.
   const float scale = kNv ? 256.0f * w.global_scale : 1.0f;
@@ -235,6 +246,13 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* 
     fp4_rows<1, T, kNv>(w.data + r * wbytes, w.scales + r * sbytes, cols, x, dots);
     store_row<T>(out, r, t0, dots, scale);
   }
+}
+
+template <int T, bool kNv>
+void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* x, int64_t t0,
+               const RowsOut& out) {
+  if (T == 1 && w.cols / 2 >= kLongRowBytes) fp4_range_rows<2, T, kNv>(w, r0, r1, x, t0, out);
+  else fp4_range_rows<kRows<T>, T, kNv>(w, r0, r1, x, t0, out);
 }
 
 // Many tokens: kManyTokens per pass, one row at a time (R = 1), so each
