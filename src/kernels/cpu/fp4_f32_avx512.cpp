@@ -21,8 +21,10 @@
 // (one token) takes them from one load and 3 shifts by 8, 16, 24 instead:
 // the 3 loads at p + 1..3 each straddle two cache lines, and on Zen 4 (one
 // thread, resident 512 x 4096, load ~11) MXFP4 went 12.7 -> 14.4 GB/s per
-// core with the shifts (NVFP4 12.6 either way); with 4 rows (2-4 tokens) the
-// loads stay (2 tokens: 11.1 against 10.8 GB/s with shifts). The bytes, and
+// core with the shifts (NVFP4 12.6 either way; a Sapphire Rapids class Xeon,
+// 2026-12-07: 14.6-14.9 against 13.7-13.9); with 4 rows (2-4 tokens) the
+// loads stay (2 tokens: 11.1 against 10.8 GB/s with shifts), as they do for
+// the two rows of a long row's one token (kLongRowBytes). The bytes, and
 // so the results, are the same either way.
 //
 // Activations (ActsClass::f32_fp4): per group of 128 columns, 8 vectors of
@@ -84,8 +86,8 @@ constexpr int64_t kFp4Prefetch = 2 * kPrefetch;
 // ahead is later in the same row, or in the next block). Two-thread MoE
 // dsv4-flash MXFP4 batch 1, interleaved A/B on a noisy machine: median
 // ratio 0.575 -> 0.616 (6 runs each) and 0.451 -> 0.506 (10 runs each);
-// bench/RESULTS.md. Two long rows with it against without: MoE-shaped
-// rows are not long, and 16384 x 16384 was level (0.76-0.81 both ways).
+// bench/RESULTS.md. For two long rows it is level (16384 x 16384: 0.76-0.81
+// of the probe with it, 0.77-0.81 without).
 constexpr int64_t kFp4PrefetchL2 = 8192;
 
 // Rows per block for T tokens (registers: R*T accumulators, R*T
@@ -102,7 +104,8 @@ constexpr int kRows = T == 1 ? 1 : 4;
 // Xeon (2 threads, 3 interleaved rounds, ratio to the paired probe):
 // 16384 x 16384 MXFP4 0.62-0.66 -> 0.76-0.81, 1024 x 16384 0.57 -> 0.68-0.70;
 // but at the MoE's 2 KB rows one row at a time stays ahead (layer 0.76-0.88
-// against 0.67-0.81), and 4 KB rows are level (bench/RESULTS.md).
+// against 0.67-0.81), and 4 KB rows are level
+// (bench/results/2230_avx512_spr_floors_and_tries.txt).
 constexpr int64_t kLongRowBytes = 8192;
 
 // E2M1 code -> value (codes 8..15 are the negatives, 8 is -0).
