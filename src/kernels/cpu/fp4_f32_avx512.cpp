@@ -254,8 +254,10 @@ void fp4_range_rows(const RawWeights& w, int64_t r0, int64_t r1, const float* co
 template <int T, bool kNv>
 void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* x, int64_t t0,
                const RowsOut& out) {
-  if (T == 1 && w.cols / 2 >= kLongRowBytes) fp4_range_rows<2, T, kNv>(w, r0, r1, x, t0, out);
-  else fp4_range_rows<kRows<T>, T, kNv>(w, r0, r1, x, t0, out);
+  if constexpr (T == 1) {
+    if (w.cols / 2 >= kLongRowBytes) return fp4_range_rows<2, T, kNv>(w, r0, r1, x, t0, out);
+  }
+  fp4_range_rows<kRows<T>, T, kNv>(w, r0, r1, x, t0, out);
 }
 
 // Many tokens: kManyTokens per pass, one row at a time (R = 1), so each
