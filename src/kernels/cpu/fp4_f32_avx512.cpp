@@ -180,6 +180,38 @@ inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, cons
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(tmp[r][t], s[r], acc[r][t]);
 }
 
+// One group of two rows against T tokens, each activation vector loaded
+// once for both rows: p0 / p1 the rows' code bytes (n of them, see
+// codes_from), s0 / s1 their lane scales, x[t] token t's activations of
+// this group, st0 / st1 the rows' T accumulators (16 floats each, in
+// memory: 2T temporaries fill the registers). Per (row, token) pair
+// group_step's operations in its order.
+template <int T, bool kMasked>
+inline void group_step_pair(const uint8_t* p0, const uint8_t* p1, int64_t n, __m512 s0, __m512 s1,
+                            const float* const* x, float* st0, float* st1) {
+  const __m512 table = e2m1_table();
+  __m512 tmp0[T], tmp1[T];
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    const __m512i v0 = codes_from<kMasked>(p0, n, b), v1 = codes_from<kMasked>(p1, n, b);
+    for (int h = 0; h < 2; ++h) {
+      const int k = 2 * b + h;
+      const __m512 w0 = _mm512_permutexvar_ps(h == 0 ? v0 : _mm512_srli_epi32(v0, 4), table);
+      const __m512 w1 = _mm512_permutexvar_ps(h == 0 ? v1 : _mm512_srli_epi32(v1, 4), table);
+      for (int t = 0; t < T; ++t) {
+        __m512 xk = _mm512_load_ps(x[t] + 16 * k);
+        // In a register: else GCC folds the load into both FMAs (two loads;
+        // 0.60 instead of 0.70 of the FMA peak, see fp4_range_many).
+        asm("" : "+v"(xk));
+        tmp0[t] = k == 0 ? _mm512_mul_ps(w0, xk) : _mm512_fmadd_ps(w0, xk, tmp0[t]);
+        tmp1[t] = k == 0 ? _mm512_mul_ps(w1, xk) : _mm512_fmadd_ps(w1, xk, tmp1[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_store_ps(st0 + 16 * t, _mm512_fmadd_ps(tmp0[t], s0, _mm512_load_ps(st0 + 16 * t)));
+  for (int t = 0; t < T; ++t) _mm512_store_ps(st1 + 16 * t, _mm512_fmadd_ps(tmp1[t], s1, _mm512_load_ps(st1 + 16 * t)));
+}
+
 // dots[r * T + t] = sum over cols of (E2M1 x block scale) * x_t for R
 // consecutive rows starting at codes w0 / scales s0 (NVFP4: scale x 2^-8,
 // global scale not applied).
@@ -260,12 +292,20 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* 
   fp4_range_rows<kRows<T>, T, kNv>(w, r0, r1, x, t0, out);
 }
 
-// Many tokens: kManyTokens per pass, one row at a time (R = 1), so each
-// decoded weight vector feeds 8 FMAs (at 4 rows x 4 tokens, 4; and the 16
-// temporaries plus 16 accumulators there outnumber the registers). Per 128
-// weights: 4 loads, 4 shifts, 8 vpermps, 72 FMAs (64 products, 8 scale
-// steps), so the vector ports can run at 64 / 84 of the FMA peak; 8
-// temporaries, 8 accumulators, the table and the scale fit in registers.
+// Many tokens: kManyTokens per pass, two rows at a time
+// (group_step_pair), so each decoded weight vector feeds 8 FMAs and each
+// activation vector loaded feeds 2 (at 4 rows x 4 tokens a decode feeds
+// only 4). Per 128 weights of a row: 4 loads, 4 shifts, 8 vpermps, 72 FMAs
+// (64 products, 8 scale steps), and 32 activation loads. One row at a time
+// (as before 2026-12-08, and still for a block's odd last row) loads an
+// activation for every product FMA, about one load per FMA: on a Zen 5
+// core (two 512-bit FMA pipes, two 512-bit loads per cycle) that held the
+// pass at 0.57 of the FMA peak, against 0.70 two rows at a time (bench
+// --resident 512 x 4096, MXFP4 8 tokens: 149-154 -> 183-189 GFLOP/s of a
+// 263 peak; NVFP4 alike), and Sapphire Rapids' FMAs slow down when they
+// take a load (bench/load_fma_rates.cpp). The 16 temporaries take the
+// registers the second row's accumulators would need, so those go through
+// memory once per group (a load and a store per 8 FMAs).
 // One row's 8 tokens read 4 KB of activations per group, so rows go in
 // blocks of kManyRows over chunks of kManyGroups groups (16 KB of
 // activations, in L1 while the block's rows pass over them); between
@@ -292,7 +332,29 @@ void fp4_range_many(const RawWeights& w, int64_t r0, int64_t r1, const float* co
     for (int64_t g0 = 0; g0 < groups; g0 += kManyGroups) {
       const int64_t g1 = g0 + kManyGroups < groups ? g0 + kManyGroups : groups;
       const int64_t g_plain = g1 < plain ? g1 : plain;
-      for (int64_t i = 0; i < nr; ++i) {
+      int64_t i = 0;
+      for (; i + 2 <= nr; i += 2) {
+        const uint8_t* wrow = w.data + (rb + i) * wbytes;
+        const uint8_t* srow = w.scales + (rb + i) * sbytes;
+        float* st = state + i * T * 16;
+        for (int r = 0; r < 2; ++r) {
+          const uint8_t* ahead = g1 < groups ? wrow + r * wbytes + 64 * g1 : w.data + (rb + nr + i + r) * wbytes;
+          for (int64_t b = 0; b < 64 * kManyGroups; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+        }
+        const float* xg[T];
+        auto group = [&](int64_t g, int64_t n, int64_t srem, auto masked) __attribute__((always_inline)) {
+          for (int t = 0; t < T; ++t) xg[t] = x[t] + kCols * g;
+          group_step_pair<T, decltype(masked)::value>(wrow + 64 * g, wrow + wbytes + 64 * g, n,
+                                                      group_scales<kNv>(srow, g, srem),
+                                                      group_scales<kNv>(srow + sbytes, g, srem), xg, st,
+                                                      st + T * 16);
+        };
+        for (int64_t g = g0; g < g_plain; ++g) group(g, 64, 0, Masked<false>{});
+        if (plain < full && plain >= g0 && plain < g1) group(plain, 64, 0, Masked<true>{});
+        if (rem > 0 && full >= g0 && full < g1) group(full, rem / 2, rem, Masked<true>{});
+      }
+      for (; i < nr; ++i) {
         const uint8_t* wrow = w.data + (rb + i) * wbytes;
         const uint8_t* srow = w.scales + (rb + i) * sbytes;
         float* st = state + i * T * 16;
