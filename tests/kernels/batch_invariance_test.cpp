@@ -110,10 +110,10 @@ struct LinearCase {
 // Rows not multiples of any row block (1..4) nor of the thread chunks (16),
 // columns with every tail the kernels have (partial 128 / 64-column groups,
 // NVFP4's 16-column blocks, FP8's partial tiles, > 64 FP8 tiles), and FP4
-// rows of 8 KB and more (AVX-512 runs one token two rows at a time there).
+// rows of 8 KB and more (AVX-512 runs one token four rows at a time there).
 const LinearCase kLinearCases[] = {
-    {Format::mxfp4, 70, 416},  {Format::mxfp4, 37, 160}, {Format::mxfp4, 11, 4096}, {Format::mxfp4, 5, 16416},
-    {Format::nvfp4, 70, 400},  {Format::nvfp4, 21, 144}, {Format::nvfp4, 6, 4112},  {Format::nvfp4, 3, 16400},
+    {Format::mxfp4, 70, 416},  {Format::mxfp4, 37, 160}, {Format::mxfp4, 11, 4096}, {Format::mxfp4, 9, 16416},
+    {Format::nvfp4, 70, 400},  {Format::nvfp4, 21, 144}, {Format::nvfp4, 6, 4112},  {Format::nvfp4, 6, 16400},
     {Format::fp8_block128, 150, 300}, {Format::fp8_block128, 5, 8320},
     {Format::fp8_block128, 131, 200, Fp8ScaleType::f32},
     {Format::bf16, 45, 200},   {Format::bf16, 9, 17},     {Format::bf16, 6, 4128},   {Format::bf16, 11, 300},

@@ -24,7 +24,7 @@
 // core with the shifts (NVFP4 12.6 either way; a Sapphire Rapids class Xeon,
 // 2026-12-07: 14.6-14.9 against 13.7-13.9); with 4 rows (2-4 tokens) the
 // loads stay (2 tokens: 11.1 against 10.8 GB/s with shifts), as they do for
-// the two rows of a long row's one token (kLongRowBytes). The bytes, and
+// the four rows of a long row's one token (kLongRowBytes). The bytes, and
 // so the results, are the same either way.
 //
 // Activations (ActsClass::f32_fp4): per group of 128 columns, 8 vectors of
@@ -82,7 +82,7 @@ constexpr int64_t kFp4Prefetch = 2 * kPrefetch;
 
 // One token also asks for the line 8 KB ahead into L2, so more of the
 // stream is in flight than L1's fill buffers allow (one row at a time:
-// rows are consumed in memory order; two long rows side by side: 8 KB
+// rows are consumed in memory order; long rows side by side: 8 KB
 // ahead is later in the same row, or in the next block). Two-thread MoE
 // dsv4-flash MXFP4 batch 1, interleaved A/B on a noisy machine: median
 // ratio 0.575 -> 0.616 (6 runs each) and 0.451 -> 0.506 (10 runs each);
@@ -98,15 +98,19 @@ constexpr int64_t kFp4PrefetchL2 = 8192;
 template <int T>
 constexpr int kRows = T == 1 ? 1 : 4;
 
-// One token over rows of at least this many bytes runs two rows side by
-// side instead: two streams through memory 8 KB or more apart, where one
-// row at a time keeps one. From DRAM on a 2-core Sapphire Rapids class
-// Xeon (2 threads, 3 interleaved rounds, ratio to the paired probe):
-// 16384 x 16384 MXFP4 0.62-0.66 -> 0.76-0.81, 1024 x 16384 0.57 -> 0.68-0.70;
-// but at the MoE's 2 KB rows one row at a time stays ahead (layer 0.76-0.88
-// against 0.67-0.81), and 4 KB rows are level
-// (bench/results/2230_avx512_spr_floors_and_tries.txt).
+// One token over rows of at least this many bytes runs kLongRows rows side
+// by side instead: that many streams through memory 8 KB or more apart,
+// where one row at a time keeps one. From DRAM on a 2-core Sapphire Rapids
+// class Xeon (2 threads, 3 interleaved rounds, ratio to the paired probe),
+// two rows: 16384 x 16384 MXFP4 0.62-0.66 -> 0.76-0.81, 1024 x 16384 0.57 ->
+// 0.68-0.70; but at the MoE's 2 KB rows one row at a time stays ahead
+// (layer 0.76-0.88 against 0.67-0.81), and 4 KB rows are level
+// (bench/results/2230_avx512_spr_floors_and_tries.txt). On a Zen 5 EPYC
+// (2026-12-08, 2 threads, 4 interleaved rounds, median ms at 16384 x
+// 16384): one row 7.1-7.3 (MXFP4), two 4.3-4.8, four 3.7-4.1; NVFP4 two
+// 4.9-5.2, four 4.0-4.3 (bench/results/0050_ops_vs_ggml_zen5_avx512.txt).
 constexpr int64_t kLongRowBytes = 8192;
+constexpr int kLongRows = 4;
 
 // E2M1 code -> value (codes 8..15 are the negatives, 8 is -0).
 inline __m512 e2m1_table() {
@@ -287,7 +291,7 @@ template <int T, bool kNv>
 void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* x, int64_t t0,
                const RowsOut& out) {
   if constexpr (T == 1) {
-    if (w.cols / 2 >= kLongRowBytes) return fp4_range_rows<2, T, kNv>(w, r0, r1, x, t0, out);
+    if (w.cols / 2 >= kLongRowBytes) return fp4_range_rows<kLongRows, T, kNv>(w, r0, r1, x, t0, out);
   }
   fp4_range_rows<kRows<T>, T, kNv>(w, r0, r1, x, t0, out);
 }
