@@ -108,7 +108,7 @@ constexpr int kRows = T == 1 ? 1 : 4;
 // (bench/results/2230_avx512_spr_floors_and_tries.txt). On a Zen 5 EPYC
 // (2026-12-08, 2 threads, 4 interleaved rounds, median ms at 16384 x
 // 16384): one row 7.1-7.3 (MXFP4), two 4.3-4.8, four 3.7-4.1; NVFP4 two
-// 4.9-5.2, four 4.0-4.3 (bench/results/0050_ops_vs_ggml_zen5_avx512.txt).
+// 4.9-5.2, four 4.0-4.3 (bench/results/0104_ops_vs_ggml_zen5_avx512.txt).
 constexpr int64_t kLongRowBytes = 8192;
 constexpr int kLongRows = 4;
 
