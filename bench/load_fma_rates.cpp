@@ -19,6 +19,14 @@
 // many-token loop whose FMAs each read one activation vector
 // (fp4_f32_avx512.cpp's passes of 8: 64 such FMAs of 72 per group) is held
 // near 0.5 of the FMA peak by that more than by its decode.
+//
+// Zen 5 EPYC, 2026-12-08 (bench/results/0104_ops_vs_ggml_zen5_avx512.txt):
+// FMAs from registers 1.93 per cycle and with a memory operand 1.89 (no
+// penalty), loads alone 1.8-1.9, vpermps 2.0, but FMA + vpermps 1:1 only
+// 2.1-2.2 ops per cycle in all: the FP4 decode's vpermps takes FMA issue
+// slots there. With FMAs at 2 and loads at ~2 per cycle, a pass that loads
+// an activation for every FMA is at both limits at once; the passes of 8
+// now load each activation vector once for two rows.
 #include <cstdio>
 #include <ctime>
 
