@@ -87,7 +87,17 @@ constexpr int64_t kFp4Prefetch = 2 * kPrefetch;
 // dsv4-flash MXFP4 batch 1, interleaved A/B on a noisy machine: median
 // ratio 0.575 -> 0.616 (6 runs each) and 0.451 -> 0.506 (10 runs each);
 // bench/RESULTS.md. For two long rows it is level (16384 x 16384: 0.76-0.81
-// of the probe with it, 0.77-0.81 without).
+// of the probe with it, 0.77-0.81 without). Passes of 2-4 tokens over
+// shorter rows (the MoE's experts: 2 KB) ask for it too: their blocks of 4
+// rows take 8 KB, so the line is the same one of the next block. Zen 5, 2
+// threads from DRAM, 3 interleaved rounds, median ms (2026-12-08): MoE
+// layer, every token on the same 6 experts (bench moe --routing shared), 3
+// tokens 4.01-4.22 -> 3.32-3.47, 6 tokens 6.80-6.86 -> 6.21-6.27; NVFP4
+// 4096^2 2 / 4 tokens 0.27-0.45 / 0.41-0.56 -> 0.27-0.28 / 0.37; resident
+// (no DRAM to hide) 2-4% slower. Long rows (kLongRowBytes) at 2-4 tokens
+// do without: 8 KB ahead is a row of the block in hand, and the next
+// block's line (4 rows ahead) was slower (16384^2 NVFP4 2 tokens 4.0-4.2 ->
+// 4.7).
 constexpr int64_t kFp4PrefetchL2 = 8192;
 
 // Rows per block for T tokens (registers: R*T accumulators, R*T
@@ -244,7 +254,8 @@ void fp4_rows(const uint8_t* w0, const uint8_t* s0, int64_t cols, const float* c
       if (kFp4Prefetch) {
         const uint8_t* ahead = p[r] + kFp4Prefetch + (64 * g + kFp4Prefetch < wbytes ? 0 : (R - 1) * wbytes);
         _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-        if constexpr (T == 1) _mm_prefetch(reinterpret_cast<const char*>(p[r] + kFp4PrefetchL2), _MM_HINT_T1);
+        if (T == 1 || wbytes < kLongRowBytes)
+          _mm_prefetch(reinterpret_cast<const char*>(p[r] + kFp4PrefetchL2), _MM_HINT_T1);
       }
       s[r] = group_scales<kNv>(s0 + r * sbytes, g, 0);
     }
