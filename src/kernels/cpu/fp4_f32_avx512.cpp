@@ -214,8 +214,8 @@ inline void group_step_pair(const uint8_t* p0, const uint8_t* p1, int64_t n, __m
       const __m512 w1 = _mm512_permutexvar_ps(h == 0 ? v1 : _mm512_srli_epi32(v1, 4), table);
       for (int t = 0; t < T; ++t) {
         __m512 xk = _mm512_load_ps(x[t] + 16 * k);
-        // In a register: else GCC folds the load into both FMAs (two loads;
-        // 0.60 instead of 0.70 of the FMA peak, see fp4_range_many).
+        // In a register: else GCC folds the load into both FMAs (two loads:
+        // 0.60 instead of 0.70 of the FMA peak in the kernel alone).
         asm("" : "+v"(xk));
         tmp0[t] = k == 0 ? _mm512_mul_ps(w0, xk) : _mm512_fmadd_ps(w0, xk, tmp0[t]);
         tmp1[t] = k == 0 ? _mm512_mul_ps(w1, xk) : _mm512_fmadd_ps(w1, xk, tmp1[t]);
@@ -315,8 +315,8 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* 
 // (as before 2026-12-08, and still for a block's odd last row) loads an
 // activation for every product FMA, about one load per FMA: on a Zen 5
 // core (two 512-bit FMA pipes, two 512-bit loads per cycle) that held the
-// pass at 0.57 of the FMA peak, against 0.70 two rows at a time (bench
-// --resident 512 x 4096, MXFP4 8 tokens: 149-154 -> 183-189 GFLOP/s of a
+// pass at 0.59 of the FMA peak, against 0.73 two rows at a time (bench
+// --resident 512 x 4096, MXFP4 8 tokens: 155-159 -> 190-196 GFLOP/s of a
 // 263 peak; NVFP4 alike), and Sapphire Rapids' FMAs slow down when they
 // take a load (bench/load_fma_rates.cpp). The 16 temporaries take the
 // registers the second row's accumulators would need, so those go through

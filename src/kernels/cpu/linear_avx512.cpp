@@ -486,7 +486,8 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
 // row runs alone, its 8 accumulators in registers. Per 32 weights of a
 // row: 1 load, 5 decode ops, 16 FMAs, 8 activation loads. Two rows instead
 // of one (2026-12-08, Zen 5, bench --resident 512 x 4096, 8-512 tokens):
-// 130-159 -> 149-170 GFLOP/s of a 263 peak, as for FP4 (fp4_range_many).
+// 148-161 -> 163-179 GFLOP/s of a 263 peak (0.56-0.61 -> 0.62-0.68), as for
+// FP4 (fp4_range_many).
 // One row's 8 tokens read 4 KB of activations per tile, so rows go
 // in blocks of kManyRows (in one 128-row band: one set of tile scales)
 // over chunks of kFp8ManyTiles tiles (16 KB of activations, in L1 while the
