@@ -222,8 +222,10 @@ inline void group_step_pair(const uint8_t* p0, const uint8_t* p1, int64_t n, __m
       }
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_store_ps(st0 + 16 * t, _mm512_fmadd_ps(tmp0[t], s0, _mm512_load_ps(st0 + 16 * t)));
-  for (int t = 0; t < T; ++t) _mm512_store_ps(st1 + 16 * t, _mm512_fmadd_ps(tmp1[t], s1, _mm512_load_ps(st1 + 16 * t)));
+  for (int t = 0; t < T; ++t)
+    _mm512_store_ps(st0 + 16 * t, _mm512_fmadd_ps(tmp0[t], s0, _mm512_load_ps(st0 + 16 * t)));
+  for (int t = 0; t < T; ++t)
+    _mm512_store_ps(st1 + 16 * t, _mm512_fmadd_ps(tmp1[t], s1, _mm512_load_ps(st1 + 16 * t)));
 }
 
 // dots[r * T + t] = sum over cols of (E2M1 x block scale) * x_t for R
