@@ -128,10 +128,15 @@ inline __m512 e2m1_table() {
                         -3.0f, -4.0f, -6.0f);
 }
 
-// A compile-time flag for a lambda's argument (no <type_traits> here).
+// A compile-time flag and count for a lambda's argument (no <type_traits>
+// here).
 template <bool B>
 struct Masked {
   static constexpr bool value = B;
+};
+template <int N>
+struct Count {
+  static constexpr int value = N;
 };
 
 // Lane scales of group g of a row's scales (all of it, or the `rem` columns
@@ -194,38 +199,42 @@ inline void group_step(const uint8_t* const* p, int64_t n, const __m512* s, cons
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(tmp[r][t], s[r], acc[r][t]);
 }
 
-// One group of two rows against T tokens, each activation vector loaded
-// once for both rows: p0 / p1 the rows' code bytes (n of them, see
-// codes_from), s0 / s1 their lane scales, x[t] token t's activations of
-// this group, st0 / st1 the rows' T accumulators (16 floats each, in
-// memory: 2T temporaries fill the registers). Per (row, token) pair
-// group_step's operations in its order.
-template <int T, bool kMasked>
-inline void group_step_pair(const uint8_t* p0, const uint8_t* p1, int64_t n, __m512 s0, __m512 s1,
-                            const float* const* x, float* st0, float* st1) {
+// One group of R rows (1 or 2) against T tokens, each activation vector
+// loaded once for all of them: p the first row's code bytes (n of them, see
+// codes_from; row r's at p + r * wbytes), s[r] the rows' lane scales, x[t]
+// token t's activations of this group, st + r * T * 16 row r's T
+// accumulators (16 floats each, in memory: at R = 2 the 2T temporaries fill
+// the registers). Per (row, token) pair group_step's operations in its
+// order.
+template <int R, int T, bool kMasked>
+inline void group_step_mem(const uint8_t* p, int64_t wbytes, int64_t n, const __m512* s, const float* const* x,
+                           float* st) {
   const __m512 table = e2m1_table();
-  __m512 tmp0[T], tmp1[T];
+  __m512 tmp[R][T];
 #pragma GCC unroll 4
   for (int b = 0; b < 4; ++b) {
-    const __m512i v0 = codes_from<kMasked>(p0, n, b), v1 = codes_from<kMasked>(p1, n, b);
+    __m512i v[R];
+    for (int r = 0; r < R; ++r) v[r] = codes_from<kMasked>(p + r * wbytes, n, b);
     for (int h = 0; h < 2; ++h) {
       const int k = 2 * b + h;
-      const __m512 w0 = _mm512_permutexvar_ps(h == 0 ? v0 : _mm512_srli_epi32(v0, 4), table);
-      const __m512 w1 = _mm512_permutexvar_ps(h == 0 ? v1 : _mm512_srli_epi32(v1, 4), table);
+      __m512 w[R];
+      for (int r = 0; r < R; ++r) w[r] = _mm512_permutexvar_ps(h == 0 ? v[r] : _mm512_srli_epi32(v[r], 4), table);
       for (int t = 0; t < T; ++t) {
         __m512 xk = _mm512_load_ps(x[t] + 16 * k);
-        // In a register: else GCC folds the load into both FMAs (two loads:
-        // 0.60 instead of 0.70 of the FMA peak in the kernel alone).
+        // In a register: else GCC folds the load into every row's FMA (two
+        // loads at R = 2: 0.60 instead of 0.70 of the FMA peak in the
+        // kernel alone).
         asm("" : "+v"(xk));
-        tmp0[t] = k == 0 ? _mm512_mul_ps(w0, xk) : _mm512_fmadd_ps(w0, xk, tmp0[t]);
-        tmp1[t] = k == 0 ? _mm512_mul_ps(w1, xk) : _mm512_fmadd_ps(w1, xk, tmp1[t]);
+        for (int r = 0; r < R; ++r)
+          tmp[r][t] = k == 0 ? _mm512_mul_ps(w[r], xk) : _mm512_fmadd_ps(w[r], xk, tmp[r][t]);
       }
     }
   }
-  for (int t = 0; t < T; ++t)
-    _mm512_store_ps(st0 + 16 * t, _mm512_fmadd_ps(tmp0[t], s0, _mm512_load_ps(st0 + 16 * t)));
-  for (int t = 0; t < T; ++t)
-    _mm512_store_ps(st1 + 16 * t, _mm512_fmadd_ps(tmp1[t], s1, _mm512_load_ps(st1 + 16 * t)));
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      float* a = st + (r * T + t) * 16;
+      _mm512_store_ps(a, _mm512_fmadd_ps(tmp[r][t], s[r], _mm512_load_ps(a)));
+    }
 }
 
 // dots[r * T + t] = sum over cols of (E2M1 x block scale) * x_t for R
@@ -310,7 +319,7 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* 
 }
 
 // Many tokens: kManyTokens per pass, two rows at a time
-// (group_step_pair), so each decoded weight vector feeds 8 FMAs and each
+// (group_step_mem), so each decoded weight vector feeds 8 FMAs and each
 // activation vector loaded feeds 2 (at 4 rows x 4 tokens a decode feeds
 // only 4). Per 128 weights of a row: 4 loads, 4 shifts, 8 vpermps, 72 FMAs
 // (64 products, 8 scale steps), and 32 activation loads. One row at a time
@@ -321,8 +330,8 @@ void fp4_range(const RawWeights& w, int64_t r0, int64_t r1, const float* const* 
 // --resident 512 x 4096, MXFP4 8 tokens: 155-159 -> 190-196 GFLOP/s of a
 // 263 peak; NVFP4 alike), and Sapphire Rapids' FMAs slow down when they
 // take a load (bench/load_fma_rates.cpp). The 16 temporaries take the
-// registers the second row's accumulators would need, so those go through
-// memory once per group (a load and a store per 8 FMAs).
+// registers the accumulators would need, so those go through memory once
+// per group (a load and a store per 8 FMAs; group_step_mem).
 // One row's 8 tokens read 4 KB of activations per group, so rows go in
 // blocks of kManyRows over chunks of kManyGroups groups (16 KB of
 // activations, in L1 while the block's rows pass over them); between
@@ -349,54 +358,37 @@ void fp4_range_many(const RawWeights& w, int64_t r0, int64_t r1, const float* co
     for (int64_t g0 = 0; g0 < groups; g0 += kManyGroups) {
       const int64_t g1 = g0 + kManyGroups < groups ? g0 + kManyGroups : groups;
       const int64_t g_plain = g1 < plain ? g1 : plain;
-      int64_t i = 0;
-      for (; i + 2 <= nr; i += 2) {
+      // Rows i .. i + R - 1 of the block over this chunk: R = 2, or 1 for a
+      // block's odd last row.
+      auto rows = [&](int64_t i, auto count) __attribute__((always_inline)) {
+        constexpr int R = decltype(count)::value;
         const uint8_t* wrow = w.data + (rb + i) * wbytes;
         const uint8_t* srow = w.scales + (rb + i) * sbytes;
         float* st = state + i * T * 16;
-        for (int r = 0; r < 2; ++r) {
+        // Each row's next chunk, all its lines, a block's worth of work
+        // ahead of its use (a block's rows are kManyRows separate streams);
+        // after a row's last chunk, the first chunk of the same row of the
+        // next block (else each block would start on kManyRows demand
+        // misses). A prefetch past the data is harmless.
+        for (int r = 0; r < R; ++r) {
           const uint8_t* ahead = g1 < groups ? wrow + r * wbytes + 64 * g1 : w.data + (rb + nr + i + r) * wbytes;
           for (int64_t b = 0; b < 64 * kManyGroups; b += 64)
             _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
         }
         const float* xg[T];
         auto group = [&](int64_t g, int64_t n, int64_t srem, auto masked) __attribute__((always_inline)) {
+          __m512 s[R];
+          for (int r = 0; r < R; ++r) s[r] = group_scales<kNv>(srow + r * sbytes, g, srem);
           for (int t = 0; t < T; ++t) xg[t] = x[t] + kCols * g;
-          group_step_pair<T, decltype(masked)::value>(wrow + 64 * g, wrow + wbytes + 64 * g, n,
-                                                      group_scales<kNv>(srow, g, srem),
-                                                      group_scales<kNv>(srow + sbytes, g, srem), xg, st,
-                                                      st + T * 16);
+          group_step_mem<R, T, decltype(masked)::value>(wrow + 64 * g, wbytes, n, s, xg, st);
         };
         for (int64_t g = g0; g < g_plain; ++g) group(g, 64, 0, Masked<false>{});
         if (plain < full && plain >= g0 && plain < g1) group(plain, 64, 0, Masked<true>{});
         if (rem > 0 && full >= g0 && full < g1) group(full, rem / 2, rem, Masked<true>{});
-      }
-      for (; i < nr; ++i) {
-        const uint8_t* wrow = w.data + (rb + i) * wbytes;
-        const uint8_t* srow = w.scales + (rb + i) * sbytes;
-        float* st = state + i * T * 16;
-        __m512 acc[1][T];
-        for (int t = 0; t < T; ++t) acc[0][t] = _mm512_load_ps(st + 16 * t);
-        // This row's next chunk, all its lines, a block's worth of work
-        // ahead of its use (a block's rows are kManyRows separate streams);
-        // after the row's last chunk, the first chunk of the same row of
-        // the next block (else each block would start on kManyRows demand
-        // misses). A prefetch past the data is harmless.
-        const uint8_t* ahead = g1 < groups ? wrow + 64 * g1 : w.data + (rb + nr + i) * wbytes;
-        for (int64_t b = 0; b < 64 * kManyGroups; b += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
-        const float* xg[T];
-        auto group = [&](int64_t g, int64_t n, int64_t srem, auto masked) __attribute__((always_inline)) {
-          const uint8_t* p = wrow + 64 * g;
-          const __m512 s = group_scales<kNv>(srow, g, srem);
-          for (int t = 0; t < T; ++t) xg[t] = x[t] + kCols * g;
-          group_step<1, T, decltype(masked)::value>(&p, n, &s, xg, acc);
-        };
-        for (int64_t g = g0; g < g_plain; ++g) group(g, 64, 0, Masked<false>{});
-        if (plain < full && plain >= g0 && plain < g1) group(plain, 64, 0, Masked<true>{});
-        if (rem > 0 && full >= g0 && full < g1) group(full, rem / 2, rem, Masked<true>{});
-        for (int t = 0; t < T; ++t) _mm512_store_ps(st + 16 * t, acc[0][t]);
-      }
+      };
+      int64_t i = 0;
+      for (; i + 2 <= nr; i += 2) rows(i, Count<2>{});
+      if (i < nr) rows(i, Count<1>{});
     }
     for (int64_t i = 0; i < nr; ++i) {
       float dots[T];
