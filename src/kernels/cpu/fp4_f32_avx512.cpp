@@ -128,17 +128,6 @@ inline __m512 e2m1_table() {
                         -3.0f, -4.0f, -6.0f);
 }
 
-// A compile-time flag and count for a lambda's argument (no <type_traits>
-// here).
-template <bool B>
-struct Masked {
-  static constexpr bool value = B;
-};
-template <int N>
-struct Count {
-  static constexpr int value = N;
-};
-
 // Lane scales of group g of a row's scales (all of it, or the `rem` columns
 // of a partial last group).
 template <bool kNv>

@@ -54,11 +54,6 @@ inline __m512 int4_table() {
                         6.0f, 7.0f);
 }
 
-template <bool B>
-struct Masked {
-  static constexpr bool value = B;
-};
-
 // Lane scales from the four BF16 scales of a step's 32-column blocks (block
 // b in bits 16b .. 16b+15): 128-bit lane b takes block b's bits into the
 // high half of its dwords.

@@ -225,12 +225,6 @@ void fp4_row(const uint8_t* wrow, const uint8_t* srow, int64_t cols, const uint8
 // avoid vcvtph2ps (~0.57 per cycle for zmm): 8 ops per 32 weights instead
 // of 6 lost 3% at one token and 10% at four, bench --resident 512 x 4096.)
 
-// A compile-time flag for a lambda's argument (no <type_traits> here).
-template <bool B>
-struct Masked {
-  static constexpr bool value = B;
-};
-
 inline float ue8m0_value(uint8_t e) {
   if (e == 0) return bits_to_float(0x00400000u);  // 2^-127, a subnormal
   if (e == 255) return bits_to_float(0x7FC00000u);
@@ -483,7 +477,7 @@ void fp8_range(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* const
 // each decoded weight vector feeds 8 FMAs and each activation vector
 // loaded feeds 2 (fp8_rows at 4 rows x 4 tokens shares a decode among 4,
 // and its 16 temporaries plus 16 accumulators spill); a block's odd last
-// row runs alone, its 8 accumulators in registers. Per 32 weights of a
+// row runs alone. Per 32 weights of a
 // row: 1 load, 5 decode ops, 16 FMAs, 8 activation loads. Two rows instead
 // of one (2026-12-08, Zen 5, bench --resident 512 x 4096, 8-512 tokens):
 // 148-161 -> 163-179 GFLOP/s of a 263 peak (0.56-0.61 -> 0.62-0.68), as for
@@ -520,90 +514,63 @@ void fp8_range_many(const RawWeights& w, int64_t r0, int64_t r1, const uint8_t* 
       for (int64_t i = 0; i < nr * T * 16; i += 16) _mm512_store_ps(state + i, _mm512_setzero_ps());
       for (int64_t s0 = c0; s0 < c0 + nt; s0 += kFp8ManyTiles) {
         const int64_t s1 = s0 + kFp8ManyTiles < c0 + nt ? s0 + kFp8ManyTiles : c0 + nt;
-        int64_t i = 0;
-        for (; i + 2 <= nr; i += 2) {
+        // Rows i .. i + R - 1 of the block over this chunk: R = 2, or 1 for
+        // a block's odd last row.
+        auto rows = [&](int64_t i, auto count) __attribute__((always_inline)) {
+          constexpr int R = decltype(count)::value;
           const uint8_t* wrow = w.data + (rb + i) * cols;
-          for (int r = 0; r < 2; ++r) {  // as below, for both rows
+          // Each row's next chunk, all its lines, a block's worth of work
+          // ahead of its use (a block's rows are kManyRows separate
+          // streams); after a row's last chunk, the first chunk of the same
+          // row of the next block (else each block would start on kManyRows
+          // demand misses). A prefetch past the data is harmless.
+          for (int r = 0; r < R; ++r) {
             const uint8_t* ahead = s1 < tiles ? wrow + r * cols + 128 * s1 : w.data + (rb + nr + i + r) * cols;
             for (int64_t b = 0; b < kFp8ManyTiles * 128; b += 64)
               _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
           }
-          float* st0 = state + i * T * 16;
-          float* st1 = st0 + T * 16;
-          // Tile c of both rows, each activation vector loaded once for the
-          // two (2T temporaries fill the registers, so the accumulators stay
-          // in memory); per (row, token) pair the operations of `tile` below.
-          auto tile2 = [&](int64_t c, int64_t width, auto masked) __attribute__((always_inline)) {
-            __m512 tmp0[T], tmp1[T];
-            for (int t = 0; t < T; ++t) tmp0[t] = tmp1[t] = _mm512_setzero_ps();
+          float* st = state + i * T * 16;
+          // Tile c of the rows (width columns; masked: their chunks read
+          // with masks, the row's last, partial tile, as in fp8_rows), each
+          // activation vector loaded once for all R rows; the accumulators
+          // (row r's at st + r * T * 16) go through memory once per tile, as
+          // at R = 2 the 2T temporaries fill the registers.
+          auto tile = [&](int64_t c, int64_t width, auto masked) __attribute__((always_inline)) {
+            __m512 tmp[R][T];
+            for (int r = 0; r < R; ++r)
+              for (int t = 0; t < T; ++t) tmp[r][t] = _mm512_setzero_ps();
             for (int64_t col = 0; col < width; col += 32) {
-              const uint8_t* p = wrow + 128 * c + col;
-              __m512 lo0, hi0, lo1, hi1;
-              if constexpr (decltype(masked)::value) {
-                fp8_chunk(p, width - col, &lo0, &hi0);
-                fp8_chunk(p + cols, width - col, &lo1, &hi1);
-              } else {
-                e4m3x32_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), &lo0, &hi0);
-                e4m3x32_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + cols)), &lo1, &hi1);
+              __m512 lo[R], hi[R];
+              for (int r = 0; r < R; ++r) {
+                const uint8_t* p = wrow + r * cols + 128 * c + col;
+                if constexpr (decltype(masked)::value) fp8_chunk(p, width - col, &lo[r], &hi[r]);
+                else e4m3x32_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), &lo[r], &hi[r]);
               }
               for (int t = 0; t < T; ++t) {
                 const float* xt = x[t] + 128 * c + col;
                 __m512 xl = _mm512_load_ps(xt), xh = _mm512_load_ps(xt + 16);
                 // In registers: else GCC reloads them for each row.
                 asm("" : "+v"(xl), "+v"(xh));
-                tmp0[t] = _mm512_fmadd_ps(lo0, xl, tmp0[t]);
-                tmp0[t] = _mm512_fmadd_ps(hi0, xh, tmp0[t]);
-                tmp1[t] = _mm512_fmadd_ps(lo1, xl, tmp1[t]);
-                tmp1[t] = _mm512_fmadd_ps(hi1, xh, tmp1[t]);
+                for (int r = 0; r < R; ++r) {
+                  tmp[r][t] = _mm512_fmadd_ps(lo[r], xl, tmp[r][t]);
+                  tmp[r][t] = _mm512_fmadd_ps(hi[r], xh, tmp[r][t]);
+                }
               }
             }
             const __m512 s = _mm512_set1_ps(tile_scale[c - c0]);
-            for (int t = 0; t < T; ++t)
-              _mm512_store_ps(st0 + 16 * t, _mm512_fmadd_ps(tmp0[t], s, _mm512_load_ps(st0 + 16 * t)));
-            for (int t = 0; t < T; ++t)
-              _mm512_store_ps(st1 + 16 * t, _mm512_fmadd_ps(tmp1[t], s, _mm512_load_ps(st1 + 16 * t)));
-          };
-          const int64_t s_full = s1 * 128 <= cols ? s1 : s1 - 1;
-          for (int64_t c = s0; c < s_full; ++c) tile2(c, 128, Masked<false>{});
-          if (s_full < s1) tile2(s_full, cols - 128 * s_full, Masked<true>{});
-        }
-        for (; i < nr; ++i) {
-          const uint8_t* wrow = w.data + (rb + i) * cols;
-          // This row's next chunk, all its lines, a block's worth of work
-          // ahead of its use (a block's rows are kManyRows separate
-          // streams); after the row's last chunk, the first chunk of the
-          // same row of the next block (else each block would start on
-          // kManyRows demand misses). A prefetch past the data is harmless.
-          const uint8_t* ahead = s1 < tiles ? wrow + 128 * s1 : w.data + (rb + nr + i) * cols;
-          for (int64_t b = 0; b < kFp8ManyTiles * 128; b += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
-          float* st = state + i * T * 16;
-          __m512 acc[T];
-          for (int t = 0; t < T; ++t) acc[t] = _mm512_load_ps(st + 16 * t);
-          // Tile c of the row (width columns); masked: its chunks read with
-          // masks (the row's last, partial tile), as in fp8_rows.
-          auto tile = [&](int64_t c, int64_t width, auto masked) __attribute__((always_inline)) {
-            __m512 tmp[T];
-            for (int t = 0; t < T; ++t) tmp[t] = _mm512_setzero_ps();
-            for (int64_t col = 0; col < width; col += 32) {
-              const uint8_t* p = wrow + 128 * c + col;
-              __m512 lo, hi;
-              if constexpr (decltype(masked)::value) fp8_chunk(p, width - col, &lo, &hi);
-              else e4m3x32_to_f32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), &lo, &hi);
+            for (int r = 0; r < R; ++r)
               for (int t = 0; t < T; ++t) {
-                const float* xt = x[t] + 128 * c + col;
-                tmp[t] = _mm512_fmadd_ps(lo, _mm512_load_ps(xt), tmp[t]);
-                tmp[t] = _mm512_fmadd_ps(hi, _mm512_load_ps(xt + 16), tmp[t]);
+                float* a = st + (r * T + t) * 16;
+                _mm512_store_ps(a, _mm512_fmadd_ps(tmp[r][t], s, _mm512_load_ps(a)));
               }
-            }
-            const __m512 s = _mm512_set1_ps(tile_scale[c - c0]);
-            for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(tmp[t], s, acc[t]);
           };
           const int64_t s_full = s1 * 128 <= cols ? s1 : s1 - 1;
           for (int64_t c = s0; c < s_full; ++c) tile(c, 128, Masked<false>{});
           if (s_full < s1) tile(s_full, cols - 128 * s_full, Masked<true>{});
-          for (int t = 0; t < T; ++t) _mm512_store_ps(st + 16 * t, acc[t]);
-        }
+        };
+        int64_t i = 0;
+        for (; i + 2 <= nr; i += 2) rows(i, Count<2>{});
+        if (i < nr) rows(i, Count<1>{});
       }
       for (int64_t i = 0; i < nr * T; ++i) dots[i] += _mm512_reduce_add_ps(_mm512_load_ps(state + 16 * i));
     }

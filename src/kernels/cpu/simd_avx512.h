@@ -23,6 +23,18 @@ constexpr int64_t kPrefetch = NIBBLE_PREFETCH;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// A compile-time flag and count for a generic lambda's argument (no
+// <type_traits> here): Masked<true>{} selects a row's masked tail step,
+// Count<2>{} a loop body's row count.
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
+template <int N>
+struct Count {
+  static constexpr int value = N;
+};
+
 // Tokens in the next pass over a row tile, of `left` still to do, at most
 // `most` per pass: the passes a batch needs (ceil(left / most)) made as
 // even as they go, e.g. 9 = 3 + 3 + 3 and 5 = 3 + 2 rather than 4 + 4 + 1
